@@ -1,0 +1,401 @@
+"""The crash-safe, append-only replay store: :class:`ReplayStore` and :class:`EpisodeWriter`.
+
+Folder layout::
+
+    <root>/index.sqlite        SQLite (WAL): store_meta (schema version, spec) + episodes rows
+    <root>/episodes/ep_*.h5    one HDF5 file per committed episode
+    <root>/episodes/.tmp-*     in-flight writes (removed when a writer opens the store)
+    <root>/writer.lock         flock held by the single writer process
+
+Commit protocol of an episode: validate everything in memory, write the HDF5 file under a temp
+name, flush + fsync, ``os.replace`` to ``ep_<id>.h5``, fsync the folder, then insert the index row
+in one transaction. Readers only see episodes that have a row, so an episode appears atomically;
+a file without a row (writer killed between rename and insert) is invisible and deleted by the
+next writer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+
+from rewind.store import index as idx
+from rewind.store.episode_file import (
+    EPISODE_DIR,
+    TMP_PREFIX,
+    read_episode_file,
+    write_episode_file,
+)
+from rewind.store.schema import (
+    SCHEMA_VERSION,
+    SOURCES,
+    Episode,
+    EpisodeInfo,
+    StoreError,
+    StoreSpec,
+    normalize_meta,
+    source_code,
+    validate_episode_arrays,
+    validate_step,
+)
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = "writer.lock"
+
+
+class ReplayStore:
+    """Append-only episode store. Build it with :meth:`create`, :meth:`open` or :meth:`open_or_create`.
+
+    One process at a time may open a store for writing (``mode="a"``); any number of processes
+    may read (``mode="r"``) concurrently and call :meth:`refresh` to see new episodes. An instance
+    is not thread-safe.
+    """
+
+    def __init__(self, root: Path, conn: Any, spec: StoreSpec, mode: str, lock_fd: int | None) -> None:
+        """Internal; use the classmethods."""
+        self._root = root
+        self._conn = conn
+        self._spec = spec
+        self._mode = mode
+        self._lock_fd = lock_fd
+        self._infos: dict[int, EpisodeInfo] = {}
+        self.refresh()
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def create(cls, path: str | os.PathLike, spec: StoreSpec) -> ReplayStore:
+        """Create a new store at ``path`` (a missing or empty folder) and open it for appending.
+
+        The store is assembled in a sibling temp folder and renamed into place, so a crash during
+        creation never leaves a half-made store. Raises :class:`StoreError` if anything is there.
+        """
+        root = Path(path)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise StoreError(f"path: {root} already exists and is not empty; refusing to create a store")
+        root.parent.mkdir(parents=True, exist_ok=True)
+        staging = root.parent / f".{root.name}.creating-{uuid.uuid4().hex}"
+        try:
+            (staging / EPISODE_DIR).mkdir(parents=True)
+            idx.create_index(staging / idx.INDEX_NAME, spec).close()
+            os.rename(staging, root)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise StoreError(f"path: cannot create a store at {root} ({exc})") from exc
+        logger.info("created replay store at %s (schema %d)", root, SCHEMA_VERSION)
+        return cls.open(root, mode="a")
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, mode: Literal["r", "a"] = "r") -> ReplayStore:
+        """Open an existing store for reading (``"r"``) or appending (``"a"``).
+
+        Opening with ``"a"`` takes the writer lock and deletes leftovers of killed writers
+        (temp files and episode files without an index row).
+
+        Raises:
+            StoreError: if the store is missing, corrupt, of another schema version, or (``"a"``)
+                already open by another writer.
+        """
+        if mode not in ("r", "a"):
+            raise StoreError(f"mode: must be 'r' or 'a', got {mode!r}")
+        root = Path(path)
+        db = root / idx.INDEX_NAME
+        if not root.is_dir():
+            raise StoreError(f"path: no replay store at {root} (folder missing)")
+        if not db.is_file() or not (root / EPISODE_DIR).is_dir():
+            raise StoreError(
+                f"path: {root} is not a replay store (missing {idx.INDEX_NAME} or {EPISODE_DIR}/)"
+            )
+        lock_fd = _acquire_writer_lock(root) if mode == "a" else None
+        try:
+            conn, spec = idx.open_index(db)
+        except BaseException:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise
+        store = cls(root, conn, spec, mode, lock_fd)
+        if mode == "a":
+            store._remove_orphans()
+        return store
+
+    @classmethod
+    def open_or_create(cls, path: str | os.PathLike, spec: StoreSpec) -> ReplayStore:
+        """Open the store at ``path`` for appending, creating it if absent.
+
+        Raises:
+            StoreError: if a store exists whose spec differs from ``spec`` (names each field).
+        """
+        root = Path(path)
+        if not (root / idx.INDEX_NAME).exists():
+            return cls.create(root, spec)
+        store = cls.open(root, mode="a")
+        diffs = store.spec.diff(spec)
+        if diffs:
+            store.close()
+            raise StoreError(f"spec mismatch with existing store at {root}: " + "; ".join(diffs))
+        return store
+
+    def _remove_orphans(self) -> None:
+        committed = {Path(f).name for f in idx.committed_files(self._conn)}
+        for p in (self._root / EPISODE_DIR).iterdir():
+            if p.name.startswith(TMP_PREFIX) or (p.suffix == ".h5" and p.name not in committed):
+                logger.warning("removing uncommitted episode file %s (left by a killed writer)", p)
+                p.unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def spec(self) -> StoreSpec:
+        """The store's :class:`StoreSpec`."""
+        return self._spec
+
+    @property
+    def path(self) -> Path:
+        """Root folder of the store."""
+        return self._root
+
+    @property
+    def mode(self) -> str:
+        """``"r"`` or ``"a"``."""
+        return self._mode
+
+    def __len__(self) -> int:
+        """Number of committed episodes seen so far (see :meth:`refresh`)."""
+        return len(self._infos)
+
+    def __repr__(self) -> str:
+        return f"ReplayStore({str(self._root)!r}, mode={self._mode!r}, episodes={len(self)})"
+
+    # ----------------------------------------------------------------- reading
+    def refresh(self) -> list[EpisodeInfo]:
+        """Pick up episodes committed since the last call (e.g. by another process); return them."""
+        self._check_open()
+        last = max(self._infos, default=-1)
+        new = idx.fetch_rows(self._conn, after_id=last)
+        for info in new:
+            self._infos[info.id] = info
+        return new
+
+    def episodes(self, success: bool | None = None, source: str | None = None) -> list[EpisodeInfo]:
+        """Committed episodes in id order, optionally filtered.
+
+        Args:
+            success: keep only episodes whose ``success`` equals this (``None``: no filter).
+            source: keep only episodes with at least one step of this source label.
+        """
+        if source is not None:
+            source = SOURCES[source_code(source)]
+        out = []
+        for info in self._infos.values():
+            if success is not None and info.success is not success:
+                continue
+            if source is not None and not info.source_counts.get(source):
+                continue
+            out.append(info)
+        return out
+
+    def info(self, episode_id: int) -> EpisodeInfo:
+        """Index row of one episode (refreshes once if the id is not known yet)."""
+        if episode_id not in self._infos:
+            self.refresh()
+        if episode_id not in self._infos:
+            raise StoreError(f"episode_id: no committed episode {episode_id!r} in {self._root}")
+        return self._infos[episode_id]
+
+    def load(self, episode_id: int, obs_keys: Sequence[str] | None = None) -> Episode:
+        """Load one committed episode into memory (``obs_keys`` restricts the observations read)."""
+        info = self.info(episode_id)
+        data = read_episode_file(self._root / info.file, self._spec, info.length, obs_keys)
+        return Episode(info=info, **data)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts: episodes, steps, steps by source, success count/rate, operator steps, per env."""
+        infos = list(self._infos.values())
+        by_source = dict.fromkeys(SOURCES, 0)
+        per_env: dict[str, dict[str, int]] = {}
+        for info in infos:
+            for name, n in info.source_counts.items():
+                by_source[name] += n
+            env = per_env.setdefault(info.env_id, {"episodes": 0, "steps": 0, "successes": 0})
+            env["episodes"] += 1
+            env["steps"] += info.length
+            env["successes"] += int(info.success is True)
+        n_success = sum(info.success is True for info in infos)
+        return {
+            "episodes": len(infos),
+            "steps": sum(info.length for info in infos),
+            "steps_by_source": by_source,
+            "successes": n_success,
+            "failures": sum(info.success is False for info in infos),
+            "success_rate": n_success / len(infos) if infos else None,
+            "n_operator_steps": sum(info.n_operator_steps for info in infos),
+            "per_env": dict(sorted(per_env.items())),
+        }
+
+    # ----------------------------------------------------------------- writing
+    def episode(self, **meta: Any) -> EpisodeWriter:
+        """Start a step-by-step episode; use as a context manager (commit on clean exit).
+
+        ``meta`` takes the keys of :func:`rewind.store.schema.normalize_meta`
+        (``seed``, ``policy_version``, ``round``, ``success``, ``n_operator_steps``, ``extra``, ``env_id``).
+        """
+        self._check_writable()
+        return EpisodeWriter(self, meta)
+
+    def add_episode(
+        self,
+        obs: Mapping[str, np.ndarray],
+        actions: np.ndarray,
+        states: np.ndarray,
+        sources: Sequence[str | int] | np.ndarray,
+        rewards: np.ndarray | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> EpisodeInfo:
+        """Validate and commit a whole episode at once.
+
+        Args:
+            obs: key -> ``[T, *shape]`` (keys, shapes and dtypes as in the spec).
+            actions: float ``[T, Da]``. states: float64 ``[T, Ds]``. rewards: ``[T]`` (default zeros).
+            sources: ``T`` labels from :data:`SOURCES` (or their codes).
+            meta: per-episode metadata (see :meth:`episode`).
+
+        Returns:
+            The committed episode's :class:`EpisodeInfo`. On any :class:`StoreError` nothing is written.
+        """
+        self._check_writable()
+        n = np.shape(actions)[0] if np.ndim(actions) else 0
+        rewards = np.zeros(n, np.float32) if rewards is None else rewards
+        arrays = validate_episode_arrays(self._spec, obs, actions, states, sources, rewards)
+        return self._commit(arrays, dict(meta or {}))
+
+    def _commit(self, arrays: dict[str, Any], meta: dict[str, Any]) -> EpisodeInfo:
+        length = int(arrays["actions"].shape[0])
+        meta = normalize_meta(meta, self._spec, length)
+        codes, counts = np.unique(arrays["sources"], return_counts=True)
+        source_counts = {SOURCES[c]: int(n) for c, n in zip(codes, counts, strict=True)}
+        eid = idx.next_episode_id(self._conn)
+        rel = write_episode_file(self._root, eid, self._spec, arrays, meta)
+        try:
+            idx.insert_row(self._conn, eid, rel, length, meta, source_counts)
+        except BaseException:
+            (self._root / rel).unlink(missing_ok=True)
+            raise
+        self.refresh()
+        return self._infos[eid]
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close the index connection and release the writer lock (idempotent)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> ReplayStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._conn is None:
+            raise StoreError(f"store {self._root} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._mode != "a":
+            raise StoreError(f"mode: store {self._root} is open read-only; open it with mode='a' to append")
+
+
+def _acquire_writer_lock(root: Path) -> int:
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise StoreError(f"mode: another process already has {root} open for writing") from exc
+    return fd
+
+
+class EpisodeWriter:
+    """Buffers one episode step by step; :meth:`commit` makes it visible atomically.
+
+    Each :meth:`add` is validated immediately; a rejected step is not buffered. Used as a
+    context manager it commits on a clean exit and discards if the block raises.
+    """
+
+    def __init__(self, store: ReplayStore, meta: Mapping[str, Any]) -> None:
+        """Internal; use :meth:`ReplayStore.episode`."""
+        self._store = store
+        self.meta: dict[str, Any] = dict(meta)
+        self._obs: dict[str, list[np.ndarray]] = {k: [] for k in store.spec.obs}
+        self._actions: list[np.ndarray] = []
+        self._states: list[np.ndarray] = []
+        self._sources: list[int] = []
+        self._rewards: list[float] = []
+        self._closed = False
+        self.info: EpisodeInfo | None = None
+
+    def __len__(self) -> int:
+        """Number of buffered steps."""
+        return len(self._actions)
+
+    def add(self, obs: Mapping[str, Any], action: Any, state: Any, source: str, reward: float = 0.0) -> None:
+        """Append one step: ``obs[k]`` of the spec's per-step shape, action ``[Da]``, state ``[Ds]``."""
+        if self._closed:
+            raise StoreError("episode: writer already committed or discarded")
+        obs_n, action_n, state_n = validate_step(self._store.spec, obs, action, state)
+        code = source_code(source)
+        reward_f = float(reward)
+        if not np.isfinite(reward_f):
+            raise StoreError(f"reward: must be finite, got {reward!r}")
+        for key, value in obs_n.items():
+            self._obs[key].append(value)
+        self._actions.append(action_n)
+        self._states.append(state_n)
+        self._sources.append(code)
+        self._rewards.append(reward_f)
+
+    def commit(self) -> EpisodeInfo:
+        """Write and commit the buffered steps; returns the new :class:`EpisodeInfo`."""
+        if self._closed:
+            raise StoreError("episode: writer already committed or discarded")
+        if not self._actions:
+            raise StoreError("episode: no steps were added; nothing to commit")
+        arrays = {
+            "obs": {k: np.stack(v) for k, v in self._obs.items()},
+            "actions": np.stack(self._actions),
+            "states": np.stack(self._states),
+            "sources": np.asarray(self._sources, np.uint8),
+            "rewards": np.asarray(self._rewards, np.float32),
+        }
+        self._closed = True
+        self.info = self._store._commit(arrays, self.meta)
+        return self.info
+
+    def discard(self) -> None:
+        """Drop the buffered steps; nothing is written (idempotent)."""
+        self._closed = True
+        self._obs = {k: [] for k in self._obs}
+        self._actions, self._states, self._sources, self._rewards = [], [], [], []
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif not self._closed:
+            self.commit()

@@ -1,0 +1,202 @@
+"""Training windows over store episodes (numpy core, vectorised; cf. diffusion_policy's
+ReplayBuffer + SequenceSampler).
+
+A window is anchored at step ``t`` of an episode of length ``L``. With ``To = n_obs_steps`` and
+``H = horizon`` it covers steps ``s .. s+H-1`` where ``s = t - To + 1``:
+
+* ``obs[key]``: steps ``s .. t`` -> ``[To, ...]``
+* ``action`` / ``source``: steps ``s .. s+H-1`` -> ``[H, Da]`` / ``[H]``
+
+Indices outside ``[0, L-1]`` are clamped (the edge value is repeated) and flagged in
+``action_mask``. Anchors are all ``t`` with ``-pad_before <= s`` and ``s + H - 1 <= L - 1 + pad_after``;
+the defaults ``pad_before = To - 1`` and ``pad_after = H - To`` give exactly one window per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+
+from rewind.store.schema import SOURCES, EpisodeInfo, StoreError, source_code
+from rewind.store.store import ReplayStore
+
+
+class ReplayBuffer:
+    """Episodes concatenated in memory: ``data[name]`` is ``[N, ...]`` with ``N = episode_ends[-1]``.
+
+    Names are ``obs/<key>``, ``action`` (``[N, Da]``), ``source`` (``[N]`` uint8 codes),
+    ``reward`` (``[N]``). ``episode_ends[i]`` is the exclusive end index of episode ``i``.
+    """
+
+    def __init__(self, data: Mapping[str, np.ndarray], episode_ends: np.ndarray, episode_ids: Sequence[int]):
+        """Check that every array has ``episode_ends[-1]`` rows and that ends strictly increase."""
+        ends = np.asarray(episode_ends, dtype=np.int64)
+        if ends.ndim != 1 or len(ends) == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0):
+            raise StoreError(f"episode_ends: must be non-empty and strictly increasing from > 0, got {ends}")
+        for name in ("action", "source"):
+            if name not in data:
+                raise StoreError(f"data: missing required array {name!r}")
+        for name, arr in data.items():
+            if arr.shape[0] != ends[-1]:
+                raise StoreError(f"data[{name!r}]: has {arr.shape[0]} rows, episode_ends says {ends[-1]}")
+        if len(episode_ids) != len(ends):
+            raise StoreError(f"episode_ids: {len(episode_ids)} ids for {len(ends)} episodes")
+        self.data = dict(data)
+        self.episode_ends = ends
+        self.episode_ids = list(episode_ids)
+
+    @property
+    def obs_keys(self) -> list[str]:
+        """Observation keys held (without the ``obs/`` prefix)."""
+        return [k[4:] for k in self.data if k.startswith("obs/")]
+
+    @property
+    def n_steps(self) -> int:
+        """Total number of steps ``N``."""
+        return int(self.episode_ends[-1])
+
+    @classmethod
+    def from_store(
+        cls,
+        store: ReplayStore,
+        episodes: Iterable[int | EpisodeInfo] | None = None,
+        obs_keys: Sequence[str] | None = None,
+    ) -> ReplayBuffer:
+        """Load ``episodes`` (ids or infos; default: all committed) restricted to ``obs_keys``."""
+        chosen = store.episodes() if episodes is None else list(episodes)
+        ids = [e.id if isinstance(e, EpisodeInfo) else int(e) for e in chosen]
+        if not ids:
+            raise StoreError("episodes: no episodes selected")
+        keys = list(store.spec.obs) if obs_keys is None else list(obs_keys)
+        parts: dict[str, list[np.ndarray]] = {f"obs/{k}": [] for k in keys}
+        parts.update(action=[], source=[], reward=[])
+        lengths = []
+        for eid in ids:
+            ep = store.load(eid, obs_keys=keys)
+            for k in keys:
+                parts[f"obs/{k}"].append(ep.obs[k])
+            parts["action"].append(ep.actions)
+            parts["source"].append(ep.sources)
+            parts["reward"].append(ep.rewards)
+            lengths.append(len(ep.actions))
+        data = {name: np.concatenate(chunks) for name, chunks in parts.items()}
+        return cls(data, np.cumsum(lengths), ids)
+
+
+class WindowSampler:
+    """Samples fixed-size training windows from a :class:`ReplayBuffer` with fancy indexing.
+
+    Args:
+        buffer: the in-memory episodes.
+        n_obs_steps: ``To``, observation history length (>= 1).
+        horizon: ``H``, action chunk length (>= ``n_obs_steps``).
+        pad_before: max steps of padding before an episode start (default ``To - 1``).
+        pad_after: max steps of padding after an episode end (default ``H - To``).
+        source_weights: source label -> weight; missing labels weigh 1. The weight of a window is
+            that of the source of its anchor step ``t`` (the first action to execute).
+        weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["weight"]``;
+            ``"sample"``: sample windows with probability proportional to weight, return weight 1.
+        seed: seed of the sampler's own ``np.random.Generator``.
+    """
+
+    def __init__(
+        self,
+        buffer: ReplayBuffer,
+        n_obs_steps: int = 2,
+        horizon: int = 16,
+        pad_before: int | None = None,
+        pad_after: int | None = None,
+        source_weights: Mapping[str, float] | None = None,
+        weight_mode: Literal["loss", "sample"] = "loss",
+        seed: int | None = 0,
+    ) -> None:
+        if n_obs_steps < 1 or horizon < n_obs_steps:
+            raise StoreError(f"horizon: need 1 <= n_obs_steps <= horizon, got {n_obs_steps}, {horizon}")
+        if weight_mode not in ("loss", "sample"):
+            raise StoreError(f"weight_mode: must be 'loss' or 'sample', got {weight_mode!r}")
+        self.buffer = buffer
+        self.n_obs_steps, self.horizon = n_obs_steps, horizon
+        self.pad_before = n_obs_steps - 1 if pad_before is None else pad_before
+        self.pad_after = horizon - n_obs_steps if pad_after is None else pad_after
+        if self.pad_before < 0 or self.pad_after < 0:
+            raise StoreError(f"pad_before/pad_after: must be >= 0, got {self.pad_before}, {self.pad_after}")
+        self.weight_mode = weight_mode
+        self.rng = np.random.default_rng(seed)
+        self._build_index()
+        self._build_weights(source_weights or {})
+
+    def _build_index(self) -> None:
+        """Per window: global start ``s`` (may lie outside its episode) and its episode bounds."""
+        ends = self.buffer.episode_ends
+        begins = np.concatenate([[0], ends[:-1]])
+        lo = begins - self.pad_before
+        hi = ends - self.horizon + self.pad_after  # last allowed start, inclusive
+        counts = np.maximum(hi - lo + 1, 0)
+        if counts.sum() == 0:
+            raise StoreError("horizon: no episode is long enough for one window with this padding")
+        ep = np.repeat(np.arange(len(ends)), counts)
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        self.starts = (lo[ep] + offsets).astype(np.int64)
+        self.ep_begin = begins[ep]
+        self.ep_last = ends[ep] - 1
+        self.anchors = np.clip(self.starts + self.n_obs_steps - 1, self.ep_begin, self.ep_last)
+        self.window_episode_ids = np.asarray(self.buffer.episode_ids, np.int64)[ep]
+
+    def _build_weights(self, source_weights: Mapping[str, float]) -> None:
+        table = np.ones(len(SOURCES), np.float64)
+        for label, w in source_weights.items():
+            if not np.isfinite(w) or w < 0:
+                raise StoreError(f"source_weights[{label!r}]: must be finite and >= 0, got {w!r}")
+            table[source_code(label, f"source_weights[{label!r}]")] = w
+        self.source_weight_table = table.astype(np.float32)
+        self.window_weights = table[self.buffer.data["source"][self.anchors]]
+        total = self.window_weights.sum()
+        if self.weight_mode == "sample" and total <= 0:
+            raise StoreError("source_weights: every window has weight 0; nothing to sample")
+        self._cdf = np.cumsum(self.window_weights) / total if total > 0 else None
+
+    def __len__(self) -> int:
+        """Number of distinct windows."""
+        return len(self.starts)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Draw ``batch_size`` windows (with replacement) and return :meth:`get` of them."""
+        if self.weight_mode == "sample":
+            ids = np.searchsorted(self._cdf, self.rng.random(batch_size) * self._cdf[-1], side="right")
+            ids = np.minimum(ids, len(self) - 1)
+        else:
+            ids = self.rng.integers(0, len(self), size=batch_size)
+        return self.get(ids)
+
+    def get(self, window_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Gather windows by index (vectorised).
+
+        Returns:
+            ``obs``: dict key -> ``[B, To, ...]``, ``action``
+            ``[B, H, Da]``, ``source`` ``[B, H]`` uint8 codes, ``action_mask`` ``[B, H]`` bool (False on
+            padded steps), ``weight`` ``[B]`` float32, ``episode_id`` ``[B]``, ``t`` ``[B]`` anchor
+            step within its episode.
+        """
+        w = np.asarray(window_ids, dtype=np.int64)
+        s, b, last = self.starts[w, None], self.ep_begin[w, None], self.ep_last[w, None]
+        obs_idx = s + np.arange(self.n_obs_steps)
+        act_idx = s + np.arange(self.horizon)
+        obs_idx_c = np.clip(obs_idx, b, last)
+        act_idx_c = np.clip(act_idx, b, last)
+        data = self.buffer.data
+        obs = {k: data[f"obs/{k}"][obs_idx_c] for k in self.buffer.obs_keys}
+        if self.weight_mode == "sample":
+            weight = np.ones(len(w), np.float32)
+        else:
+            weight = self.window_weights[w].astype(np.float32)
+        return {
+            "obs": obs,
+            "action": data["action"][act_idx_c],
+            "source": data["source"][act_idx_c],
+            "action_mask": (act_idx >= b) & (act_idx <= last),
+            "weight": weight,
+            "episode_id": self.window_episode_ids[w],
+            "t": self.anchors[w] - self.ep_begin[w],
+        }
