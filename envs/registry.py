@@ -22,14 +22,30 @@ class TaskEntry:
 TASKS: dict[str, TaskEntry] = {
     e.name: e
     for e in (
-        TaskEntry("lift", "rewind/Lift-v0", "rewind.envs.tasks.lift:LiftEnv",
-                  "rewind.envs.operators.lift:LiftOperator"),
-        TaskEntry("pick_place", "rewind/PickPlace-v0", "rewind.envs.tasks.pick_place:PickPlaceEnv",
-                  "rewind.envs.operators.pick_place:PickPlaceOperator"),
-        TaskEntry("stack3", "rewind/Stack3-v0", "rewind.envs.tasks.stack3:Stack3Env",
-                  "rewind.envs.operators.stack3:Stack3Operator"),
-        TaskEntry("nut_peg", "rewind/NutPeg-v0", "rewind.envs.tasks.nut_peg:NutPegEnv",
-                  "rewind.envs.operators.nut_peg:NutPegOperator"),
+        TaskEntry(
+            "lift",
+            "rewind/Lift-v0",
+            "rewind.envs.tasks.lift:LiftEnv",
+            "rewind.envs.operators.lift:LiftOperator",
+        ),
+        TaskEntry(
+            "pick_place",
+            "rewind/PickPlace-v0",
+            "rewind.envs.tasks.pick_place:PickPlaceEnv",
+            "rewind.envs.operators.pick_place:PickPlaceOperator",
+        ),
+        TaskEntry(
+            "stack3",
+            "rewind/Stack3-v0",
+            "rewind.envs.tasks.stack3:Stack3Env",
+            "rewind.envs.operators.stack3:Stack3Operator",
+        ),
+        TaskEntry(
+            "nut_peg",
+            "rewind/NutPeg-v0",
+            "rewind.envs.tasks.nut_peg:NutPegEnv",
+            "rewind.envs.operators.nut_peg:NutPegOperator",
+        ),
     )
 }
 

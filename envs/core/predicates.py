@@ -24,7 +24,9 @@ def in_gripper(env: TaskEnv, name: str, half_width: float, tol: float = 0.012) -
     )
 
 
-def resting_on(top: np.ndarray, bottom: np.ndarray, height: float, xy_tol: float, z_tol: float = 0.01) -> bool:
+def resting_on(
+    top: np.ndarray, bottom: np.ndarray, height: float, xy_tol: float, z_tol: float = 0.01
+) -> bool:
     """``top`` sits on ``bottom``: centres ``height`` apart vertically and within ``xy_tol`` laterally."""
     dxy = np.hypot(top[0] - bottom[0], top[1] - bottom[1])
     return bool(dxy < xy_tol and abs(top[2] - bottom[2] - height) < z_tol)

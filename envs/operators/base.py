@@ -94,7 +94,9 @@ class Operator(ABC):
             return self.move_to(env, [obj[0], obj[1], z], yaw, 1.0)
         if grip[2] > grasp_z + 0.006:
             open_cmd = 1.0 if opening > 2 * half + 0.01 or grip[2] > grasp_z + 0.02 else -1.0
-            return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, open_cmd if grip[2] > grasp_z + 0.02 else 1.0)
+            return self.move_to(
+                env, [obj[0], obj[1], grasp_z], yaw, open_cmd if grip[2] > grasp_z + 0.02 else 1.0
+            )
         return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, -1.0)
 
 
