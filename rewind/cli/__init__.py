@@ -1,0 +1,1 @@
+"""Command-line framework: every console command is a small Hydra entry point (see :mod:`rewind.cli.app`)."""

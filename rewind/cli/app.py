@@ -1,0 +1,202 @@
+"""``hydra_command``: turn a typed function into a console command with the project's conventions.
+
+A command is a dozen lines::
+
+    # scripts/store.py
+    from rewind.cli.app import hydra_command
+
+    @hydra_command(config_name="store", positional=("cmd", "path"))
+    def main(cfg: StoreCommandConfig) -> dict:
+        \"\"\"Inspect, export or import a replay store.\"\"\"
+        return {...}  # the summary
+
+``cfg``'s annotation (a dataclass deriving from :class:`rewind.config.CommandConfig`) is registered in
+Hydra's ConfigStore as ``<config_name>_schema``; ``configs/<config_name>.yaml`` extends it through its
+defaults list (``- store_schema`` then ``- _self_``), so a misspelled key fails at start. Every run:
+
+* writes into ``out_dir`` (default ``runs/<config_name>/<timestamp>``; Hydra's run dir, no chdir):
+  ``config.yaml`` (resolved config), ``run.json`` (provenance), ``run.log`` and, when the function
+  returns, ``summary.json`` (its dict, written atomically) plus a one-line summary in the log;
+* maps bare words to the keys in ``positional`` (``rewind-store info PATH``);
+* reports user errors (:func:`is_user_error`: :class:`~rewind.config.ConfigError`, rewind's own
+  ``ValueError`` subclasses, missing files) as one line, exit code 2; ``RWD_DEBUG=1`` shows the
+  traceback instead. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import inspect
+import logging
+import os
+import sys
+import time
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from rewind.cli.argv import map_positional, override_keys, quote_override_value
+from rewind.config import CommandConfig, ConfigError, to_dataclass
+from rewind.utils.io import atomic_write_json, atomic_write_text
+from rewind.utils.logging import setup_logging
+from rewind.utils.run_info import run_info
+
+log = logging.getLogger(__name__)
+
+CONFIG_PATH = "pkg://rewind.configs"
+DEBUG_ENV = "RWD_DEBUG"
+
+CommandFn = Callable[[Any], Mapping[str, Any] | None]
+
+
+def hydra_command(
+    config_name: str,
+    positional: Sequence[str] = (),
+    schema: type[CommandConfig] | None = None,
+    config_path: str = CONFIG_PATH,
+) -> Callable[[CommandFn], Callable[[Sequence[str] | None], None]]:
+    """Decorate ``func(cfg) -> dict`` into a console entry point ``main(argv=None)``.
+
+    Args:
+        config_name: name of the YAML in ``configs/`` (also the command's ``runs/`` folder).
+        positional: config keys that bare command-line words fill, in order.
+        schema: root config dataclass; defaults to the annotation of ``func``'s first parameter.
+        config_path: Hydra config path (tests point it at a temporary folder).
+    """
+
+    def decorate(func: CommandFn) -> Callable[[Sequence[str] | None], None]:
+        cls = schema or _schema_from_signature(func)
+        ConfigStore.instance().store(name=f"{config_name}_schema", node=cls)
+        prog = f"rewind-{config_name}"
+
+        @functools.wraps(func)
+        def main(argv: Sequence[str] | None = None) -> None:
+            args = list(sys.argv[1:] if argv is None else argv)
+            original = [sys.argv[0], *args]
+            try:
+                args = map_positional(args, positional, prog)
+            except ConfigError as exc:
+                _fail(prog, exc)
+            if os.environ.get(DEBUG_ENV) == "1":
+                os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+
+            def task(cfg: DictConfig) -> None:
+                _execute(func, cls, cfg, prog, original)
+
+            hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
+            saved_argv = sys.argv
+            sys.argv = [sys.argv[0], *_framework_overrides(config_name, prog, func, args), *args]
+            try:
+                hydra_main(task)()
+            finally:
+                sys.argv = saved_argv
+
+        main.schema = cls  # type: ignore[attr-defined]
+        main.config_name = config_name  # type: ignore[attr-defined]
+        return main
+
+    return decorate
+
+
+def _schema_from_signature(func: Callable[..., Any]) -> type[CommandConfig]:
+    """The dataclass annotating ``func``'s first parameter."""
+    params = list(inspect.signature(func).parameters)
+    hints = typing.get_type_hints(func)
+    cls = hints.get(params[0]) if params else None
+    if not (isinstance(cls, type) and issubclass(cls, CommandConfig)):
+        raise TypeError(
+            f"{func.__qualname__}: annotate the first parameter with a CommandConfig dataclass "
+            f"or pass schema=...; got {cls!r}"
+        )
+    return cls
+
+
+def _framework_overrides(config_name: str, prog: str, func: Callable[..., Any], args: list[str]) -> list[str]:
+    """Hydra settings every command shares; they come first so the user's overrides win."""
+    overrides = [
+        "hydra.run.dir=${out_dir}",
+        "hydra.sweep.dir=${out_dir}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=none",
+        "hydra/hydra_logging=none",
+        f"hydra.job.name={config_name}",
+        f"hydra.help.app_name={prog}",
+        f"hydra.help.header={quote_override_value(_help_header(prog, func))}",
+    ]
+    if "out_dir" not in override_keys(args):
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        overrides.append(f"out_dir=runs/{config_name}/{stamp}")
+    return overrides
+
+
+def _help_header(prog: str, func: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(func) or ""
+    first = doc.split("\n\n")[0].replace("\n", " ")
+    return (
+        f"{prog}: {first}\n\nOverride any key with key=value (e.g. out_dir=PATH); "
+        "--cfg job prints the resolved config.\n"
+    )
+
+
+def _execute(func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: str, argv: list[str]) -> None:
+    """Body of the Hydra task: validate, record provenance, run, write the summary."""
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    setup_logging(log_file=out_dir / "run.log")
+    try:
+        cfg.out_dir = str(out_dir)
+        typed = to_dataclass(cfg, cls)
+        atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        info = {"command": prog, "out_dir": str(out_dir), **run_info(argv)}
+        atomic_write_json(out_dir / "run.json", info)
+        log.info("%s -> %s", prog, out_dir)
+        start = time.perf_counter()
+        result = func(typed)
+        summary = dict(result or {})
+        atomic_write_json(out_dir / "summary.json", summary)
+    except (ValueError, FileNotFoundError) as exc:
+        if not is_user_error(exc) or os.environ.get(DEBUG_ENV) == "1":
+            raise
+        _fail(prog, exc)
+    else:
+        elapsed = time.perf_counter() - start
+        atomic_write_json(out_dir / "run.json", {**info, "duration_s": round(elapsed, 3)})
+        log.info("%s done in %.1fs: %s", prog, elapsed, format_summary(summary))
+        log.info("summary: %s", out_dir / "summary.json")
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """User errors are reported in one line: ConfigError, a missing file, or any ``ValueError``
+    subclass defined inside rewind (e.g. ``StoreError``). A bare ``ValueError`` is a bug: traceback."""
+    if isinstance(exc, (ConfigError, FileNotFoundError)):
+        return True
+    module = type(exc).__module__
+    return isinstance(exc, ValueError) and (module == "rewind" or module.startswith("rewind."))
+
+
+def format_summary(summary: Mapping[str, Any], max_items: int = 8) -> str:
+    """Short human rendering of the scalar entries of a summary dict."""
+    parts = []
+    for key, value in summary.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        elif isinstance(value, (int, str, bool)) and len(str(value)) <= 60:
+            parts.append(f"{key}={value}")
+    more = len(parts) - max_items
+    text = ", ".join(parts[:max_items]) + (f", ... (+{more})" if more > 0 else "")
+    return text or f"{len(summary)} entries"
+
+
+def _fail(prog: str, exc: BaseException) -> typing.NoReturn:
+    """Report a user error as one line on stderr and exit with status 2."""
+    message = exc.strerror + f": {exc.filename}" if isinstance(exc, OSError) and exc.filename else str(exc)
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)

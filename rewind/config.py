@@ -1,0 +1,80 @@
+"""Typed configuration: the base of every command's schema, user-error type, and DictConfig -> dataclass.
+
+Each command's root config is a dataclass deriving from :class:`CommandConfig`. Validation lives in the
+dataclass's ``__post_init__`` and raises :class:`ConfigError` (or any ``ValueError``) whose message
+names the field, e.g. ``episodes must be >= 1; got 0``. :func:`to_dataclass` builds the instance, so
+the same checks run whether a config comes from Hydra, from YAML, or from Python code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """Invalid user input (a config value, an argument, a path).
+
+    Commands report it as one line and exit with status 2 instead of a traceback. Subclass it for
+    other user-facing errors that should be reported the same way.
+    """
+
+
+@dataclasses.dataclass
+class CommandConfig:
+    """Fields every command has. Command schemas subclass this (give every field a default or MISSING).
+
+    Attributes:
+        out_dir: folder for everything the run writes (config.yaml, run.json, summary.json, logs).
+            Mandatory in Python; on the command line it defaults to ``runs/<command>/<timestamp>``.
+    """
+
+    out_dir: str = MISSING
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds (for ``__post_init__``)."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def to_dataclass(cfg: DictConfig | dict[str, Any], cls: type[T]) -> T:
+    """Turn ``cfg`` into an instance of the dataclass ``cls``, running its ``__post_init__`` checks.
+
+    ``cfg`` may already be typed with ``cls`` (a Hydra schema) or be a plain mapping, which is then
+    merged onto ``cls``'s schema so unknown keys and wrong types are rejected.
+
+    Raises:
+        ConfigError: on a missing mandatory value, an unknown key, a wrong type, or a failed check.
+    """
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        raise TypeError(f"to_dataclass needs a dataclass type, got {cls!r}")
+    try:
+        if not isinstance(cfg, DictConfig) or OmegaConf.get_type(cfg) is not cls:
+            cfg = OmegaConf.merge(OmegaConf.structured(cls), cfg)
+        obj = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        raise ConfigError(f"missing required value '{key}' (set it with {key}=...)") from exc
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_describe(exc)) from exc
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if not isinstance(obj, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(obj).__name__}")
+    return obj
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    """First line of an OmegaConf error, prefixed with the offending key when it does not name it."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    key = getattr(exc, "full_key", None)
+    return f"{key}: {line}" if key and f"'{key}'" not in line else line

@@ -1,0 +1,58 @@
+"""Atomic file writes: a reader never sees a half-written file.
+
+Every helper writes to a temporary file in the destination folder, fsyncs it and then
+``os.replace``-s it over the destination (atomic on POSIX when both are on one file system).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_jsonable(obj: Any) -> Any:
+    """``json.dumps`` ``default=`` hook: numpy scalars/arrays, paths, dataclasses, sets.
+
+    Raises:
+        TypeError: for objects with no sensible JSON form.
+    """
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON serializable")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
+    """Serialize ``obj`` as JSON (numpy/path aware, see :func:`to_jsonable`) and write it atomically."""
+    text = json.dumps(obj, indent=indent, default=to_jsonable, sort_keys=False)
+    return atomic_write_text(path, text + "\n")

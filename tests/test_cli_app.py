@@ -1,0 +1,206 @@
+"""The command framework (rewind.cli.app) with a throwaway command, plus the real rewind-store checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import MISSING
+
+from rewind.cli.app import format_summary, hydra_command, is_user_error
+from rewind.cli.argv import map_positional, quote_override_value
+from rewind.config import CommandConfig, ConfigError, require, to_dataclass
+
+
+@dataclass
+class ToyConfig(CommandConfig):
+    """Schema of the throwaway command."""
+
+    name: str = MISSING
+    episodes: int = 2
+    scale: float = 1.0
+    crash: str = "no"
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
+
+
+CALLS: list[ToyConfig] = []
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Any:
+    """A command `rewind-toy NAME key=val` whose YAML lives in a temporary config folder."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "toy.yaml").write_text("defaults:\n  - toy_schema\n  - _self_\n\nscale: 0.5\n")
+    CALLS.clear()
+
+    @hydra_command(config_name="toy", positional=("name",), config_path=str(conf))
+    def main(cfg: ToyConfig) -> dict[str, Any]:
+        """Toy command used by the tests."""
+        CALLS.append(cfg)
+        if cfg.crash == "bug":
+            raise RuntimeError("internal bug")
+        if cfg.crash == "user":
+            raise ConfigError("name: no such thing")
+        return {"name": cfg.name, "episodes": cfg.episodes, "scale": cfg.scale}
+
+    return main
+
+
+def _run(main: Any, *args: str) -> int:
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_overrides_reach_typed_config_and_outputs_are_written(toy: Any, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert _run(toy, "alpha", "episodes=3", f"out_dir={out}") == 0
+    (cfg,) = CALLS
+    assert isinstance(cfg, ToyConfig)
+    assert (cfg.name, cfg.episodes, cfg.scale, cfg.out_dir) == ("alpha", 3, 0.5, str(out.resolve()))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == {"name": "alpha", "episodes": 3, "scale": 0.5}
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["episodes"] == 3 and saved["out_dir"] == str(out.resolve())
+    info = json.loads((out / "run.json").read_text())
+    for key in ("git_revision", "git_dirty", "command_line", "start_time", "hostname", "duration_s"):
+        assert key in info
+    assert set(info["versions"]) >= {"rewind", "torch", "mujoco"}
+    assert "episodes=3" in info["command_line"] and "alpha" in info["command_line"]
+    assert (out / "run.log").is_file()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no .hydra, no temp files
+
+
+def test_default_out_dir_is_runs_command_timestamp(toy: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert _run(toy, "beta") == 0
+    (run_dir,) = (tmp_path / "runs" / "toy").iterdir()
+    assert (run_dir / "summary.json").is_file()
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_misspelled_key_fails_at_start(toy: Any, tmp_path: Path, capsys: Any) -> None:
+    assert _run(toy, "a", "epsiodes=3", f"out_dir={tmp_path / 'r'}") == 1
+    assert "epsiodes" in capsys.readouterr().err
+    assert CALLS == []
+
+
+def test_validation_error_is_one_line_exit_2(toy: Any, tmp_path: Path, capsys: Any) -> None:
+    assert _run(toy, "a", "episodes=0", f"out_dir={tmp_path / 'r'}") == 2
+    err = capsys.readouterr().err
+    assert "rewind-toy: error: episodes must be >= 1; got 0" in err
+    assert "Traceback" not in err
+
+
+def test_missing_value_and_extra_words_exit_2(toy: Any, tmp_path: Path, capsys: Any) -> None:
+    assert _run(toy, f"out_dir={tmp_path / 'r'}") == 2
+    assert "missing required value 'name'" in capsys.readouterr().err
+    assert _run(toy, "a", "b") == 2
+    assert "unexpected argument(s): b" in capsys.readouterr().err
+
+
+def test_user_error_in_command_exit_2_and_debug_shows_traceback(
+    toy: Any, tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    assert _run(toy, "a", "crash=user", f"out_dir={tmp_path / 'r'}") == 2
+    assert capsys.readouterr().err.strip().endswith("rewind-toy: error: name: no such thing")
+    assert not (tmp_path / "r" / "summary.json").exists()
+    monkeypatch.setenv("RWD_DEBUG", "1")
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(ConfigError, match="no such thing"):
+        toy(["a", "crash=user", f"out_dir={tmp_path / 'r2'}"])
+
+
+def test_bug_keeps_its_traceback(toy: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(RuntimeError, match="internal bug"):
+        toy(["a", "crash=bug", f"out_dir={tmp_path / 'r'}"])
+
+
+def test_cfg_job_prints_config_without_running(toy: Any, capsys: Any) -> None:
+    assert _run(toy, "gamma", "--cfg", "job") == 0
+    assert "name: gamma" in capsys.readouterr().out
+    assert CALLS == []
+
+
+def test_argv_is_restored(toy: Any, tmp_path: Path) -> None:
+    before = list(sys.argv)
+    _run(toy, "a", f"out_dir={tmp_path / 'r'}")
+    assert sys.argv == before
+
+
+@pytest.mark.parametrize("value", ["/tmp/a b,c", "it's", "x=y", "C:\\dir\\", "[1,2]", "a\\'b", "~/x:y"])
+def test_quoted_values_survive_hydra_parsing(value: str) -> None:
+    (override,) = OverridesParser.create().parse_overrides([f"k={quote_override_value(value)}"])
+    assert override.value() == value
+
+
+def test_map_positional_skips_flags_and_overrides() -> None:
+    args = ["info", "--cfg", "job", "-i", "config", "~x", "+y=1", "/p"]
+    assert map_positional(args, ("cmd", "path")) == [
+        "cmd='info'",
+        "--cfg",
+        "job",
+        "-i",
+        "config",
+        "~x",
+        "+y=1",
+        "path='/p'",
+    ]
+    with pytest.raises(ConfigError, match="given twice"):
+        map_positional(["info", "cmd=export"], ("cmd",))
+    with pytest.raises(ConfigError, match="unexpected argument"):
+        map_positional(["a"], ())
+
+
+def test_to_dataclass_errors_name_the_field() -> None:
+    assert to_dataclass({"name": "n", "out_dir": "o"}, ToyConfig).episodes == 2
+    with pytest.raises(ConfigError, match="episodes must be >= 1; got 0"):
+        to_dataclass({"name": "n", "out_dir": "o", "episodes": 0}, ToyConfig)
+    with pytest.raises(ConfigError, match="episodes"):
+        to_dataclass({"name": "n", "out_dir": "o", "episodes": "many"}, ToyConfig)
+    with pytest.raises(ConfigError, match="'nmae'"):
+        to_dataclass({"nmae": "n", "out_dir": "o"}, ToyConfig)
+
+
+def test_is_user_error_and_format_summary() -> None:
+    class LocalError(ValueError):
+        pass
+
+    assert is_user_error(ConfigError("x")) and is_user_error(FileNotFoundError("x"))
+    assert not is_user_error(ValueError("x")) and not is_user_error(LocalError("x"))
+    assert format_summary({"a": 0.123456, "b": [1], "c": "ok"}) == "a=0.1235, c=ok"
+
+
+def _store(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "rewind.scripts.store", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_store_command_validates_its_arguments(tmp_path: Path) -> None:
+    proc = _store("bogus", str(tmp_path), f"out_dir={tmp_path / 'r'}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "rewind-store: error: cmd must be one of info, export, import; got 'bogus'"
+    from rewind.scripts.store import main
+
+    assert _run(main, "export", str(tmp_path), f"out_dir={tmp_path / 'r'}") == 2
+    assert _run(main, "info", "a", "b") == 2
+
+
+def test_store_info_on_missing_store_is_a_user_error(tmp_path: Path, capsys: Any) -> None:
+    from rewind.scripts.store import main
+
+    assert _run(main, "info", str(tmp_path / "nope"), f"out_dir={tmp_path / 'r'}") == 2
+    assert "rewind-store: error:" in capsys.readouterr().err
