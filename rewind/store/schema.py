@@ -51,6 +51,8 @@ class StoreSpec:
         obs: observation key -> (per-step shape, dtype name). A step of key ``k`` is an array of
             shape ``obs[k][0]``; an episode stores ``[T, *shape]``. ``uint8`` keys of rank 3
             (``H x W x C``) are treated as images and stored chunked + gzip-compressed.
+            Data offered for a float key may be any float dtype (converted to the spec dtype);
+            every other key needs exactly the spec dtype.
         action_dim: ``Da``; actions are float32 ``[T, Da]``.
         state_dim: ``Ds``; simulator states are float64 ``[T, Ds]`` (flat MuJoCo integration state).
         env_id: default environment id of episodes (an episode may override it in its metadata).
@@ -180,11 +182,15 @@ def source_code(label: str | int, field_name: str = "source") -> int:
     raise StoreError(f"{field_name}: unknown source label {label!r}; expected one of {list(SOURCES)}")
 
 
-def _coerce(name: str, value: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Check dtype kind + shape + finiteness of ``value`` and return it as ``dtype``."""
+def _coerce(name: str, value: Any, dtype: str, shape: tuple[int, ...], kinds: str = "f") -> np.ndarray:
+    """Check dtype + shape + finiteness of ``value`` and return it as ``dtype``.
+
+    A float ``dtype`` also accepts inputs whose dtype kind is in ``kinds`` (converted); any other
+    dtype must match exactly.
+    """
     arr = np.asarray(value)
     want = np.dtype(dtype)
-    if not (arr.dtype == want or (want.kind == "f" and arr.dtype.kind in "fiu")):
+    if not (arr.dtype == want or (want.kind == "f" and arr.dtype.kind in kinds)):
         raise StoreError(f"{name}: dtype {arr.dtype} does not match expected {want}")
     if arr.shape != shape:
         raise StoreError(f"{name}: shape {arr.shape} does not match expected {shape}")
@@ -237,10 +243,10 @@ def validate_episode_arrays(
         codes = np.array([source_code(s, f"sources[{i}]") for i, s in enumerate(src.tolist())], np.uint8)
     return {
         "obs": out_obs,
-        "actions": _coerce("actions", actions, "float32", (length, spec.action_dim)),
-        "states": _coerce("states", states, "float64", (length, spec.state_dim)),
+        "actions": _coerce("actions", actions, "float32", (length, spec.action_dim), "fiu"),
+        "states": _coerce("states", states, "float64", (length, spec.state_dim), "fiu"),
         "sources": codes,
-        "rewards": _coerce("rewards", rewards, "float32", (length,)),
+        "rewards": _coerce("rewards", rewards, "float32", (length,), "fiu"),
     }
 
 
@@ -253,8 +259,8 @@ def validate_step(spec: StoreSpec, obs: Mapping[str, Any], action: Any, state: A
         raise StoreError(f"obs: expected a dict of arrays, got {type(obs).__name__}")
     check_obs_keys(spec, obs.keys())
     out = {k: _coerce(f"obs[{k!r}]", obs[k], d, s) for k, (s, d) in spec.obs.items()}
-    action = _coerce("action", action, "float32", (spec.action_dim,))
-    state = _coerce("state", state, "float64", (spec.state_dim,))
+    action = _coerce("action", action, "float32", (spec.action_dim,), "fiu")
+    state = _coerce("state", state, "float64", (spec.state_dim,), "fiu")
     return out, action, state
 
 

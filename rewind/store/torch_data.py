@@ -21,8 +21,7 @@ from rewind.store.windows import WindowSampler
 def to_torch(batch: dict[str, Any]) -> dict[str, Any]:
     """Convert a (nested) dict of numpy arrays to torch tensors (no copy where possible)."""
     return {
-        k: to_torch(v) if isinstance(v, dict) else torch.from_numpy(np.ascontiguousarray(v))
-        for k, v in batch.items()
+        k: to_torch(v) if isinstance(v, dict) else torch.as_tensor(np.asarray(v)) for k, v in batch.items()
     }
 
 
