@@ -23,6 +23,7 @@ Observations are a dict of float32 vectors (see :meth:`TaskEnv._low_dim_obs`), p
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -38,12 +39,24 @@ MAX_LEAD = 0.04
 WORKSPACE_LOW = np.array([-0.35, -0.35, 0.0])
 WORKSPACE_HIGH = np.array([0.35, 0.35, 0.35])
 ACT_DIM = 5
+#: A generalized coordinate beyond this magnitude (m) means the simulation has blown up.
+MAX_ABS_QPOS = 10.0
 _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BAD_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQACC,
     mujoco.mjtWarning.mjWARN_BADQPOS,
     mujoco.mjtWarning.mjWARN_BADQVEL,
 )
+
+
+def _close_renderers(box: list) -> None:
+    """Close the renderer held in ``box`` (run by a weakref finalizer: on close, collection or exit)."""
+    while box:
+        r = box.pop()
+        try:
+            r.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit the GL bindings may already be gone
+            pass
 
 
 class ActionError(ValueError):
@@ -92,6 +105,10 @@ class TaskEnv(gym.Env):
         self.render_mode = render_mode
         self._rgb, self._image_size, self._camera = bool(rgb), int(image_size), camera
         self._renderer: mujoco.Renderer | None = None
+        # The renderer is closed by a finalizer (at close(), garbage collection or interpreter exit, before
+        # module teardown), so an env that was never closed does not print an exception at shutdown.
+        self._renderer_box: list[mujoco.Renderer] = []
+        self._finalizer = weakref.finalize(self, _close_renderers, self._renderer_box)
         self._bind_indices()
         self._rng = np.random.default_rng()
         self._step_count = 0
@@ -199,6 +216,7 @@ class TaskEnv(gym.Env):
         """Apply one control step (``N_SUBSTEPS`` physics steps). See the module doc for units."""
         a = self._check_action(action)
         self._apply_action(a)
+        self.data.warning.number[:] = 0  # report only this step's warnings
         mujoco.mj_step(self.model, self.data, nstep=N_SUBSTEPS)
         self._step_count += 1
         sim_error = self._sim_error()
@@ -234,6 +252,8 @@ class TaskEnv(gym.Env):
                 return f"MuJoCo warning {mujoco.mjtWarning(w).name} at step {self._step_count}"
         if not np.isfinite(self.data.qpos).all() or not np.isfinite(self.data.qvel).all():
             return f"non-finite physics state at step {self._step_count}"
+        if np.abs(self.data.qpos).max() > MAX_ABS_QPOS:
+            return f"physics state out of bounds (|qpos| > {MAX_ABS_QPOS}) at step {self._step_count}"
         return None
 
     def _info(self, sim_error: str | None, stage: int | None = None) -> dict[str, Any]:
@@ -275,9 +295,9 @@ class TaskEnv(gym.Env):
     def render_camera(self, camera: str, size: int) -> np.ndarray:
         """Render ``camera`` to a uint8 ``[size, size, 3]`` image (headless: set MUJOCO_GL)."""
         if self._renderer is None or self._renderer.height != size:
-            if self._renderer is not None:
-                self._renderer.close()
+            self.close()
             self._renderer = mujoco.Renderer(self.model, size, size)
+            self._renderer_box.append(self._renderer)
         self._renderer.update_scene(self.data, camera=camera)
         return self._renderer.render()
 
@@ -289,9 +309,8 @@ class TaskEnv(gym.Env):
 
     def close(self) -> None:
         """Release the renderer."""
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        _close_renderers(self._renderer_box)
+        self._renderer = None
 
     # ----------------------------------------------------------------- rewind
     def snapshot(self) -> SimSnapshot:
@@ -310,6 +329,7 @@ class TaskEnv(gym.Env):
     def restore(self, snap: SimSnapshot) -> None:
         """Return to ``snap``: the same actions afterwards give bit-identical observations."""
         mujoco.mj_setState(self.model, self.data, snap.physics, _STATE_SIG)
+        self.data.warning.number[:] = 0
         self._rng.bit_generator.state = snap.rng_state
         self._step_count = snap.step_count
         self._target_yaw = snap.target_yaw
@@ -327,6 +347,7 @@ class TaskEnv(gym.Env):
         if state.shape != (self.state_dim,):
             raise ValueError(f"physics state must have shape ({self.state_dim},); got {state.shape}")
         mujoco.mj_setState(self.model, self.data, state, _STATE_SIG)
+        self.data.warning.number[:] = 0
         self._target_yaw = quat_yaw(self.data.mocap_quat[0])
         mujoco.mj_forward(self.model, self.data)
 
