@@ -1,8 +1,10 @@
 """SQLite index of a replay store: store-level metadata plus one row per committed episode.
 
-The row insert is the commit point of an episode. The database runs in WAL mode with
-``synchronous=FULL`` so a committed row survives a process kill (and a power cut), and readers
-in other processes see new rows without blocking the writer.
+The row insert is the commit point of an episode. The database runs in WAL mode, so readers in
+other processes see new rows without blocking the writer. A committed row survives a process
+kill with any ``synchronous`` setting; with ``synchronous=FULL`` (``sync_every_commit=True``) it
+also survives a power cut, with ``NORMAL`` (default) a power cut may roll back the last commits
+but never corrupts the index.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def create_index(path: Path, spec: StoreSpec) -> sqlite3.Connection:
     return conn
 
 
-def open_index(path: Path) -> tuple[sqlite3.Connection, StoreSpec]:
+def open_index(path: Path, sync_every_commit: bool = False) -> tuple[sqlite3.Connection, StoreSpec]:
     """Open an existing index; check its schema version and return it with the stored spec.
+
+    ``sync_every_commit`` selects ``PRAGMA synchronous = FULL`` (else ``NORMAL``).
 
     Raises:
         StoreError: if the file is not an SQLite database, lacks the store tables, or has another
@@ -69,7 +73,7 @@ def open_index(path: Path) -> tuple[sqlite3.Connection, StoreSpec]:
     """
     conn = _connect(path)
     try:
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if sync_every_commit else 'NORMAL'}")
         rows = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
         conn.execute("SELECT id FROM episodes LIMIT 1").fetchall()
     except sqlite3.DatabaseError as exc:

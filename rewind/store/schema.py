@@ -182,11 +182,19 @@ def source_code(label: str | int, field_name: str = "source") -> int:
     raise StoreError(f"{field_name}: unknown source label {label!r}; expected one of {list(SOURCES)}")
 
 
-def _coerce(name: str, value: Any, dtype: str, shape: tuple[int, ...], kinds: str = "f") -> np.ndarray:
-    """Check dtype + shape + finiteness of ``value`` and return it as ``dtype``.
+def _coerce(
+    name: str,
+    value: Any,
+    dtype: str,
+    shape: tuple[int, ...],
+    kinds: str = "f",
+    finite: bool = True,
+    stepped: bool = False,
+) -> np.ndarray:
+    """Check dtype + shape (+ finiteness if ``finite``) of ``value`` and return it as ``dtype``.
 
     A float ``dtype`` also accepts inputs whose dtype kind is in ``kinds`` (converted); any other
-    dtype must match exactly.
+    dtype must match exactly. For ``stepped`` (``[T, ...]``) arrays a NaN/inf error names the first bad step.
     """
     arr = np.asarray(value)
     want = np.dtype(dtype)
@@ -195,8 +203,11 @@ def _coerce(name: str, value: Any, dtype: str, shape: tuple[int, ...], kinds: st
     if arr.shape != shape:
         raise StoreError(f"{name}: shape {arr.shape} does not match expected {shape}")
     arr = arr.astype(want, copy=False)
-    if want.kind == "f" and not np.isfinite(arr).all():
-        raise StoreError(f"{name}: contains NaN or inf (after conversion to {want})")
+    if finite and want.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            where = f" at step {int(np.argwhere(bad)[0][0])}" if stepped else ""
+            raise StoreError(f"{name}: contains NaN or inf{where} (after conversion to {want})")
     return arr
 
 
@@ -230,7 +241,7 @@ def validate_episode_arrays(
     length = actions.shape[0]
     out_obs = {}
     for key, (shape, dtype) in spec.obs.items():
-        out_obs[key] = _coerce(f"obs[{key!r}]", obs[key], dtype, (length, *shape))
+        out_obs[key] = _coerce(f"obs[{key!r}]", obs[key], dtype, (length, *shape), stepped=True)
     src = np.asarray(sources)
     if src.shape != (length,):
         raise StoreError(f"sources: shape {src.shape} does not match expected ({length},)")
@@ -243,24 +254,25 @@ def validate_episode_arrays(
         codes = np.array([source_code(s, f"sources[{i}]") for i, s in enumerate(src.tolist())], np.uint8)
     return {
         "obs": out_obs,
-        "actions": _coerce("actions", actions, "float32", (length, spec.action_dim), "fiu"),
-        "states": _coerce("states", states, "float64", (length, spec.state_dim), "fiu"),
+        "actions": _coerce("actions", actions, "float32", (length, spec.action_dim), "fiu", stepped=True),
+        "states": _coerce("states", states, "float64", (length, spec.state_dim), "fiu", stepped=True),
         "sources": codes,
-        "rewards": _coerce("rewards", rewards, "float32", (length,), "fiu"),
+        "rewards": _coerce("rewards", rewards, "float32", (length,), "fiu", stepped=True),
     }
 
 
 def validate_step(spec: StoreSpec, obs: Mapping[str, Any], action: Any, state: Any) -> tuple:
-    """Validate one step (``obs[k]`` of shape ``spec.obs[k][0]``, action ``[Da]``, state ``[Ds]``).
+    """Check keys, shapes and dtypes of one step (``obs[k]`` of shape ``spec.obs[k][0]``, action
+    ``[Da]``, state ``[Ds]``). Finiteness is checked later, vectorised, on the whole episode.
 
     Returns the normalised ``(obs_dict, action, state)``; raises :class:`StoreError` naming the field.
     """
     if not isinstance(obs, Mapping):
         raise StoreError(f"obs: expected a dict of arrays, got {type(obs).__name__}")
     check_obs_keys(spec, obs.keys())
-    out = {k: _coerce(f"obs[{k!r}]", obs[k], d, s) for k, (s, d) in spec.obs.items()}
-    action = _coerce("action", action, "float32", (spec.action_dim,), "fiu")
-    state = _coerce("state", state, "float64", (spec.state_dim,), "fiu")
+    out = {k: _coerce(f"obs[{k!r}]", obs[k], d, s, finite=False) for k, (s, d) in spec.obs.items()}
+    action = _coerce("action", action, "float32", (spec.action_dim,), "fiu", finite=False)
+    state = _coerce("state", state, "float64", (spec.state_dim,), "fiu", finite=False)
     return out, action, state
 
 

@@ -73,8 +73,10 @@ class ReplayStore:
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def create(cls, path: str | os.PathLike, spec: StoreSpec) -> ReplayStore:
+    def create(cls, path: str | os.PathLike, spec: StoreSpec, sync_every_commit: bool = False) -> ReplayStore:
         """Create a new store at ``path`` (a missing or empty folder) and open it for appending.
+
+        ``sync_every_commit``: see :meth:`open`.
 
         The store is assembled in a sibling temp folder and renamed into place, so a crash during
         creation never leaves a half-made store. Raises :class:`StoreError` if anything is there.
@@ -92,14 +94,21 @@ class ReplayStore:
             shutil.rmtree(staging, ignore_errors=True)
             raise StoreError(f"path: cannot create a store at {root} ({exc})") from exc
         logger.info("created replay store at %s (schema %d)", root, SCHEMA_VERSION)
-        return cls.open(root, mode="a")
+        return cls.open(root, mode="a", sync_every_commit=sync_every_commit)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, mode: Literal["r", "a"] = "r") -> ReplayStore:
+    def open(
+        cls, path: str | os.PathLike, mode: Literal["r", "a"] = "r", sync_every_commit: bool = False
+    ) -> ReplayStore:
         """Open an existing store for reading (``"r"``) or appending (``"a"``).
 
         Opening with ``"a"`` takes the writer lock and deletes leftovers of killed writers
         (temp files and episode files without an index row).
+
+        Every commit survives the writer process being killed. Episode files are always fsynced
+        before their row is written; ``sync_every_commit=True`` also fsyncs the index on every
+        commit (SQLite ``synchronous=FULL``, one more fsync per episode), so that commits survive
+        a power cut too. Without it a power cut may drop the last few commits, never more.
 
         Raises:
             StoreError: if the store is missing, corrupt, of another schema version, or (``"a"``)
@@ -117,7 +126,7 @@ class ReplayStore:
             )
         lock_fd = _acquire_writer_lock(root) if mode == "a" else None
         try:
-            conn, spec = idx.open_index(db)
+            conn, spec = idx.open_index(db, sync_every_commit)
         except BaseException:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -128,16 +137,18 @@ class ReplayStore:
         return store
 
     @classmethod
-    def open_or_create(cls, path: str | os.PathLike, spec: StoreSpec) -> ReplayStore:
-        """Open the store at ``path`` for appending, creating it if absent.
+    def open_or_create(
+        cls, path: str | os.PathLike, spec: StoreSpec, sync_every_commit: bool = False
+    ) -> ReplayStore:
+        """Open the store at ``path`` for appending, creating it if absent (``sync_every_commit``: see :meth:`open`).
 
         Raises:
             StoreError: if a store exists whose spec differs from ``spec`` (names each field).
         """
         root = Path(path)
         if not (root / idx.INDEX_NAME).exists():
-            return cls.create(root, spec)
-        store = cls.open(root, mode="a")
+            return cls.create(root, spec, sync_every_commit)
+        store = cls.open(root, mode="a", sync_every_commit=sync_every_commit)
         diffs = store.spec.diff(spec)
         if diffs:
             store.close()
@@ -330,7 +341,8 @@ def _acquire_writer_lock(root: Path) -> int:
 class EpisodeWriter:
     """Buffers one episode step by step; :meth:`commit` makes it visible atomically.
 
-    Each :meth:`add` is validated immediately; a rejected step is not buffered. Used as a
+    :meth:`add` checks keys, shapes, dtypes and the source label at once (a rejected step is not
+    buffered); NaN/inf are caught at :meth:`commit`, which then writes nothing. Used as a
     context manager it commits on a clean exit and discards if the block raises.
     """
 
@@ -351,7 +363,11 @@ class EpisodeWriter:
         return len(self._actions)
 
     def add(self, obs: Mapping[str, Any], action: Any, state: Any, source: str, reward: float = 0.0) -> None:
-        """Append one step: ``obs[k]`` of the spec's per-step shape, action ``[Da]``, state ``[Ds]``."""
+        """Append one step: ``obs[k]`` of the spec's per-step shape, action ``[Da]``, state ``[Ds]``.
+
+        Raises:
+            StoreError: naming the field, if a shape/dtype/key or the source label is wrong.
+        """
         if self._closed:
             raise StoreError("episode: writer already committed or discarded")
         obs_n, action_n, state_n = validate_step(self._store.spec, obs, action, state)
@@ -372,14 +388,15 @@ class EpisodeWriter:
             raise StoreError("episode: writer already committed or discarded")
         if not self._actions:
             raise StoreError("episode: no steps were added; nothing to commit")
-        arrays = {
-            "obs": {k: np.stack(v) for k, v in self._obs.items()},
-            "actions": np.stack(self._actions),
-            "states": np.stack(self._states),
-            "sources": np.asarray(self._sources, np.uint8),
-            "rewards": np.asarray(self._rewards, np.float32),
-        }
         self._closed = True
+        arrays = validate_episode_arrays(
+            self._store.spec,
+            {k: np.stack(v) for k, v in self._obs.items()},
+            np.stack(self._actions),
+            np.stack(self._states),
+            np.asarray(self._sources, np.uint8),
+            np.asarray(self._rewards, np.float32),
+        )
         self.info = self._store._commit(arrays, self.meta)
         return self.info
 

@@ -78,9 +78,9 @@ def _nan_reward(e: dict) -> None:
 
 
 CASES: list[tuple[Callable[[dict], None], str]] = [
-    (_nan_obs, r"obs\['cube_pos'\]: contains NaN or inf"),
+    (_nan_obs, r"obs\['cube_pos'\]: contains NaN or inf at step 3"),
     (_inf_action, r"actions: contains NaN or inf"),
-    (_nan_state, r"states: contains NaN or inf"),
+    (_nan_state, r"states: contains NaN or inf at step \d+"),
     (_nan_reward, r"rewards: contains NaN or inf"),
     (_wrong_shape, r"obs\['eef_pos'\]: shape \(\d+, 2\) does not match expected \(\d+, 3\)"),
     (_short_key, r"obs\['eef_quat'\]: shape"),
@@ -130,9 +130,10 @@ def _step(e: dict[str, Any], t: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("action", np.array([0.0, 1.0, np.nan, 0.0, 0.0]), r"action: contains NaN"),
+        ("action", np.array([0.0, 1.0, np.nan, 0.0, 0.0]), r"actions: contains NaN or inf at step 1"),
         ("action", np.zeros(4), r"action: shape \(4,\) does not match expected \(5,\)"),
-        ("state", np.full(57, np.inf), r"state: contains NaN or inf"),
+        ("state", np.full(57, np.inf), r"states: contains NaN or inf at step 1"),
+        ("eef_pos", np.array([0.0, np.nan, 0.0]), r"obs\['eef_pos'\]: contains NaN or inf at step 1"),
         ("cube_quat", np.zeros(11, np.float32), r"obs\['cube_quat'\]: shape \(11,\)"),
         ("source", "teleop", r"source: unknown source label 'teleop'"),
         ("reward", float("nan"), r"reward: must be finite"),
