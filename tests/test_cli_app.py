@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING
 
 from rewind.cli.app import format_summary, hydra_command, is_user_error
-from rewind.cli.argv import map_positional, quote_override_value
+from rewind.cli.argv import map_positional, quote_override_value, split_flags
 from rewind.config import CommandConfig, ConfigError, require, to_dataclass
 
 
@@ -129,6 +129,12 @@ def test_bug_keeps_its_traceback(toy: Any, tmp_path: Path, monkeypatch: Any) -> 
         toy(["a", "crash=bug", f"out_dir={tmp_path / 'r'}"])
 
 
+def test_multirun_gives_each_job_its_own_out_dir(toy: Any, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    assert _run(toy, "a", "-m", "episodes=1,2", f"out_dir={out}") == 0
+    assert [json.loads((out / n / "summary.json").read_text())["episodes"] for n in "01"] == [1, 2]
+
+
 def test_cfg_job_prints_config_without_running(toy: Any, capsys: Any) -> None:
     assert _run(toy, "gamma", "--cfg", "job") == 0
     assert "name: gamma" in capsys.readouterr().out
@@ -159,6 +165,7 @@ def test_map_positional_skips_flags_and_overrides() -> None:
         "+y=1",
         "path='/p'",
     ]
+    assert split_flags(["a=1", "-m", "b=2", "--cfg", "job"]) == (["-m", "--cfg", "job"], ["a=1", "b=2"])
     with pytest.raises(ConfigError, match="given twice"):
         map_positional(["info", "cmd=export"], ("cmd",))
     with pytest.raises(ConfigError, match="unexpected argument"):

@@ -74,3 +74,17 @@ def test_command_configs_extend_their_schema() -> None:
         stem = path.name.removesuffix(".yaml")
         defaults = yaml.safe_load(path.read_text()).get("defaults", [])
         assert f"{stem}_schema" in defaults, f"{path.name}: add '- {stem}_schema' before '- _self_'"
+
+
+def test_console_scripts_resolve() -> None:
+    """Every [project.scripts] entry names a module with a top-level ``main`` (checked without importing)."""
+    import ast
+    from importlib.util import find_spec
+
+    for name, target in PYPROJECT["project"]["scripts"].items():
+        module, _, attr = target.partition(":")
+        spec = find_spec(module)
+        assert spec is not None and spec.origin, f"{name}: module {module} not found"
+        tree = ast.parse(Path(spec.origin).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert attr in defined, f"{name}: {module} defines no top-level function {attr}"

@@ -42,7 +42,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rewind.cli.argv import map_positional, override_keys, quote_override_value
+from rewind.cli.argv import map_positional, override_keys, quote_override_value, split_flags
 from rewind.config import CommandConfig, ConfigError, to_dataclass
 from rewind.utils.io import atomic_write_json, atomic_write_text
 from rewind.utils.logging import setup_logging
@@ -92,7 +92,9 @@ def hydra_command(
 
             hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
             saved_argv = sys.argv
-            sys.argv = [sys.argv[0], *_framework_overrides(config_name, prog, func, args), *args]
+            flags, overrides = split_flags(args)
+            framework = _framework_overrides(config_name, prog, func, overrides)
+            sys.argv = [sys.argv[0], *flags, *framework, *overrides]
             try:
                 hydra_main(task)()
             finally:

@@ -35,25 +35,38 @@ def override_keys(args: Sequence[str]) -> set[str]:
     return {a.split("=", 1)[0].lstrip("+") for a in args if "=" in a and not a.startswith("-")}
 
 
+def _classify(args: Sequence[str]) -> list[str]:
+    """Label each word of ``args``: ``flag`` (a Hydra flag or its value), ``override`` or ``word``."""
+    kinds: list[str] = []
+    expect_value = False
+    for i, arg in enumerate(args):
+        if expect_value:
+            kinds.append("flag")
+            expect_value = False
+            continue
+        if arg in _FLAGS_WITH_VALUE:
+            expect_value = True
+        elif arg in _INFO_FLAGS:
+            expect_value = i + 1 < len(args) and args[i + 1] in _INFO_CHOICES
+        kinds.append("flag" if arg.startswith("-") else "override" if is_override(arg) else "word")
+    return kinds
+
+
+def split_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(flags, overrides)``: Hydra's parser needs every flag before the overrides it is given."""
+    kinds = _classify(args)
+    flags = [a for a, k in zip(args, kinds, strict=True) if k == "flag"]
+    return flags, [a for a, k in zip(args, kinds, strict=True) if k != "flag"]
+
+
 def map_positional(args: Sequence[str], positional: Sequence[str], prog: str = "command") -> list[str]:
     """Replace bare words in ``args`` (``sys.argv[1:]``) by ``key=value`` for the keys in ``positional``.
 
     Raises:
         ConfigError: for more bare words than declared keys, or a key given both ways.
     """
-    out: list[str] = []
-    words: list[tuple[int, str]] = []
-    expect_value = False
-    for i, arg in enumerate(args):
-        if expect_value:
-            expect_value = False
-        elif arg in _FLAGS_WITH_VALUE:
-            expect_value = True
-        elif arg in _INFO_FLAGS:
-            expect_value = i + 1 < len(args) and args[i + 1] in _INFO_CHOICES
-        elif not is_override(arg):
-            words.append((len(out), arg))
-        out.append(arg)
+    out = list(args)
+    words = [(i, a) for i, (a, k) in enumerate(zip(args, _classify(args), strict=True)) if k == "word"]
     if len(words) > len(positional):
         extra = " ".join(w for _, w in words[len(positional) :])
         takes = " ".join(k.upper() for k in positional) if positional else "no positional arguments"
