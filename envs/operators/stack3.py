@@ -18,11 +18,10 @@ import math
 
 import numpy as np
 
-from rewind.envs.core.base import TaskEnv, quat_yaw
+from rewind.envs.core.base import TaskEnv
 from rewind.envs.core.mjcf import FINGER_STROKE
-from rewind.envs.core.predicates import in_gripper
 from rewind.envs.operators.base import Operator, wrap_angle
-from rewind.envs.tasks.stack3 import BLUE, CUBE_HALF, CUBES, GREEN, RED, on_table
+from rewind.envs.tasks.stack3 import BLUE, CUBE_HALF, CUBES, GREEN, RED, Stack3Env, cube_yaw, on_table
 
 #: How far the fingertips reach below the gripper origin (m).
 FINGER_DROP = 0.014
@@ -36,6 +35,8 @@ GRASP_DZ = 0.003
 ALIGN_XY, ALIGN_YAW, GRASP_XY = 0.006, 0.08, 0.012
 #: Lined up to lower a held cube (m, rad); release when its bottom is within this of the seat (m).
 PLACE_XY, PLACE_YAW, RELEASE_GAP = 0.004, 0.04, 0.005
+#: Fingers moving slower than this (m/s) have stopped closing.
+STALL_SPEED = 0.005
 #: Cubes further than this from a grasped cube do not steer the choice of finger axis (m).
 NEIGHBOUR_RANGE = 0.12
 #: Spacing (m) a put-down spot keeps from every other cube; spots lie in a square of this half-size.
@@ -49,6 +50,20 @@ _SPOTS = np.array(
 def finger_cmd(opening: float) -> float:
     """Finger command (-1 .. 1) that sets the pad distance to ``opening`` (m)."""
     return float(np.clip(opening / FINGER_STROKE - 1.0, -1.0, 1.0))
+
+
+def finger_speed(env: TaskEnv) -> float:
+    """Speed (m/s) at which the finger pads' distance is changing."""
+    m = env.model
+    dofs = [m.jnt_dofadr[m.joint(n).id] for n in ("finger_left", "finger_right")]
+    return abs(float(env.data.qvel[dofs].sum()))
+
+
+def yaw_in_range(yaw: float, symmetry: float = math.pi / 2) -> float:
+    """The yaw equivalent to ``yaw`` under ``symmetry`` that lies within the gripper's yaw range,
+    nearest ``yaw``."""
+    k = min(range(-4, 5), key=lambda k: abs(k) if abs(yaw + k * symmetry) <= _YAW_LIMIT else 99)
+    return yaw + k * symmetry
 
 
 def sym_wrap(x: float, symmetry: float = math.pi / 2) -> float:
@@ -98,7 +113,7 @@ def free_spot(xy: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
 class Stack3Operator(Operator):
     """Stacks green on red, then blue on green, recovering from drops, topples and misplaced cubes."""
 
-    def plan(self, env: TaskEnv, stage: int) -> np.ndarray:
+    def plan(self, env: Stack3Env, stage: int) -> np.ndarray:
         """Noise-free action for ``stage`` (see the module doc)."""
         if stage == 0:
             return self._grasp_green(env)
@@ -112,7 +127,7 @@ class Stack3Operator(Operator):
         if stage == 2:
             return self.pick(env, BLUE)
         if stage == 3:
-            if in_gripper(env, BLUE, CUBE_HALF):
+            if env.held(BLUE):
                 return self.place_on(env, BLUE, GREEN)
             # Blue rests on green, released; let the tower settle while backing off.
             grip = env.gripper_pos()
@@ -120,10 +135,10 @@ class Stack3Operator(Operator):
         grip = env.gripper_pos()
         return self.move_to(env, grip + [0.0, 0.0, 0.01], env.gripper_yaw(), 1.0)
 
-    def _grasp_green(self, env: TaskEnv) -> np.ndarray:
+    def _grasp_green(self, env: Stack3Env) -> np.ndarray:
         """Stage 0: clear wrongly held or stacked cubes out of the way, then grasp green."""
         for name in (RED, BLUE):
-            if in_gripper(env, name, CUBE_HALF):
+            if env.held(name):
                 return self.put_down(env, name)
         elevated = [n for n in (RED, BLUE) if not on_table(env.object_pos(n))]
         if elevated:
@@ -131,18 +146,18 @@ class Stack3Operator(Operator):
         return self.pick(env, GREEN)
 
     # ------------------------------------------------------------------ heights
-    def clear_z(self, env: TaskEnv, exclude: tuple[str, ...] = ()) -> float:
+    def clear_z(self, env: Stack3Env, exclude: tuple[str, ...] = ()) -> float:
         """Height (m) the lowest point of the gripper and its load must stay above during transits."""
         tops = [env.object_pos(n)[2] + CUBE_HALF for n in CUBES if n not in exclude]
         return max([0.0, *tops]) + CLEAR_MARGIN + self.dz
 
     # ------------------------------------------------------------------ primitives
-    def pick(self, env: TaskEnv, name: str) -> np.ndarray:
+    def pick(self, env: Stack3Env, name: str) -> np.ndarray:
         """Approach cube ``name`` from above at a safe height, line up, descend and close."""
         obj = env.object_pos(name)
         grip = env.gripper_pos()
         others = [env.object_pos(n)[:2] - obj[:2] for n in CUBES if n != name]
-        yaw = grasp_yaw_away(quat_yaw(env.object_quat(name)), env.gripper_yaw(), others)
+        yaw = grasp_yaw_away(cube_yaw(env.object_quat(name)), env.gripper_yaw(), others)
         xy_err = float(np.hypot(*(obj[:2] - grip[:2])))
         yaw_err = abs(wrap_angle(yaw - env.gripper_yaw()))
         grasp_z = obj[2] + GRASP_DZ
@@ -151,32 +166,36 @@ class Stack3Operator(Operator):
         if xy_err > 2 * ALIGN_XY:
             hover = self.clear_z(env) + FINGER_DROP
             if grip[2] < hover - 0.015:
-                if opening < PREGRASP_OPEN - 0.015:  # let go of anything before moving off
-                    return self.move_to(env, grip, env.gripper_yaw(), open_cmd)
+                if opening < PREGRASP_OPEN - 0.015:  # let go of anything before moving off (ease up
+                    # a little too: a gripper pressed into the table cannot open)
+                    return self.move_to(env, grip + [0.0, 0.0, 0.01], env.gripper_yaw(), open_cmd)
                 return self.move_to(env, [grip[0], grip[1], hover], env.gripper_yaw(), open_cmd)
             return self.move_to(env, [obj[0], obj[1], max(hover, grip[2] - 0.02)], yaw, open_cmd)
         low = grip[2] < grasp_z + 0.006
         if low and xy_err < GRASP_XY and opening < PREGRASP_OPEN - 0.01:
-            return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, -1.0)  # closing: keep at it
+            if opening > 2 * CUBE_HALF + 0.01 and finger_speed(env) < STALL_SPEED:
+                # Fingers stalled wide of the cube (grasped across a corner, or tilted): let go.
+                return self.move_to(env, grip, env.gripper_yaw(), open_cmd)
+            return self.move_to(env, [obj[0], obj[1], min(grasp_z, grip[2])], yaw, -1.0)  # closing
         if xy_err > ALIGN_XY or yaw_err > ALIGN_YAW:
             return self.move_to(env, [obj[0], obj[1], grip[2]], yaw, open_cmd)
         if not low:
             return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, open_cmd)
         return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, -1.0)
 
-    def place_on(self, env: TaskEnv, held: str, base: str) -> np.ndarray:
+    def place_on(self, env: Stack3Env, held: str, base: str) -> np.ndarray:
         """Carry the held cube above cube ``base``, match its yaw, lower it on top and release."""
         b = env.object_pos(base)
-        d_yaw = sym_wrap(quat_yaw(env.object_quat(base)) - quat_yaw(env.object_quat(held)))
+        d_yaw = sym_wrap(cube_yaw(env.object_quat(base)) - cube_yaw(env.object_quat(held)))
         return self.place_at(env, held, b[:2], b[2] + 2 * CUBE_HALF, d_yaw)
 
-    def put_down(self, env: TaskEnv, held: str) -> np.ndarray:
+    def put_down(self, env: Stack3Env, held: str) -> np.ndarray:
         """Set the held cube down on the table at the nearest spot clear of the other cubes."""
         h = env.object_pos(held)
         spot = free_spot(h[:2], [env.object_pos(n) for n in CUBES if n != held])
         return self.place_at(env, held, spot, CUBE_HALF, 0.0)
 
-    def place_at(self, env: TaskEnv, held: str, xy: np.ndarray, seat_z: float, d_yaw: float) -> np.ndarray:
+    def place_at(self, env: Stack3Env, held: str, xy: np.ndarray, seat_z: float, d_yaw: float) -> np.ndarray:
         """Bring the held cube's centre to (``xy``, ``seat_z``) turned by ``d_yaw``, then open.
 
         Rises to a safe height before any long lateral move, lines up, lowers, and releases once the
@@ -185,7 +204,7 @@ class Stack3Operator(Operator):
         h = env.object_pos(held)
         grip = env.gripper_pos()
         gyaw = env.gripper_yaw()
-        yaw = float(np.clip(gyaw + d_yaw, -_YAW_LIMIT, _YAW_LIMIT))
+        yaw = yaw_in_range(gyaw + d_yaw)
         off = np.asarray(xy) - h[:2]
         xy_err = float(np.hypot(*off))
         tgt_xy = grip[:2] + off

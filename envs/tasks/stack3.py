@@ -20,6 +20,7 @@ idx   name                     the stage is current while ...
 
 from __future__ import annotations
 
+import mujoco
 import numpy as np
 
 from rewind.envs.core.base import TaskEnv, yaw_quat
@@ -46,6 +47,19 @@ SETTLE_ANG = 0.5
 def on_table(pos: np.ndarray) -> bool:
     """A cube's centre is at table-resting height (it is not on, or leaning against, another body)."""
     return bool(abs(pos[2] - CUBE_HALF) < ELEVATED_TOL)
+
+
+def cube_yaw(quat: np.ndarray) -> float:
+    """Yaw (rad) of a cube's side faces about world z, whichever face is up (defined mod pi/2).
+
+    Unlike the yaw of the quaternion itself, this stays meaningful for a cube that has rolled over.
+    """
+    rot = np.empty(9)
+    mujoco.mju_quat2Mat(rot, np.asarray(quat, dtype=np.float64))
+    rot = rot.reshape(3, 3)
+    up = int(np.argmax(np.abs(rot[2])))
+    side = rot[:, (up + 1) % 3]
+    return float(np.arctan2(side[1], side[0]))
 
 
 def stacked(top: np.ndarray, bottom: np.ndarray) -> bool:
@@ -104,9 +118,19 @@ class Stack3Env(TaskEnv):
             self.data.qpos[a + 3 : a + 7] = yaw_quat(rng.uniform(-np.pi / 4, np.pi / 4))
 
     # ----------------------------------------------------------------- predicates
+    def held_cube(self) -> str | None:
+        """The cube between the closed finger pads, if any.
+
+        A cube held on top of another can leave the lower one inside :func:`in_gripper`'s box too;
+        of the candidates, the one whose centre is nearest the gripper origin is the one held.
+        """
+        grip = self.gripper_pos()
+        names = [n for n in CUBES if in_gripper(self, n, CUBE_HALF)]
+        return min(names, key=lambda n: float(np.linalg.norm(self.object_pos(n) - grip)), default=None)
+
     def held(self, name: str) -> bool:
-        """Cube ``name`` is between the closed finger pads."""
-        return in_gripper(self, name, CUBE_HALF)
+        """Cube ``name`` is the one between the closed finger pads."""
+        return self.held_cube() == name
 
     def object_speed(self, name: str) -> tuple[float, float]:
         """Linear (m/s) and angular (rad/s) speed of cube ``name``."""
@@ -128,11 +152,12 @@ class Stack3Env(TaskEnv):
         return stacked(self.object_pos(BLUE), self.object_pos(GREEN))
 
     def _compute_stage(self) -> int:
+        held = self.held_cube()
         return stage_from_flags(
             green_on_red=self.green_on_red(),
             blue_on_green=self.blue_on_green(),
-            green_held=self.held(GREEN),
-            blue_held=self.held(BLUE),
+            green_held=held == GREEN,
+            blue_held=held == BLUE,
             settled=self.settled(),
         )
 
