@@ -17,7 +17,8 @@ from rewind.store.schema import (
     StoreError,
     StoreSpec,
 )
-from rewind.store.store import EpisodeWriter, ReplayStore
+from rewind.store.store import ReplayStore
+from rewind.store.writer import EpisodeWriter
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -32,6 +32,7 @@ SOURCE_CODES: dict[str, int] = {name: i for i, name in enumerate(SOURCES)}
 
 #: Observation dtypes a store accepts.
 OBS_DTYPES = ("float32", "float64", "uint8", "int32", "int64")
+_DTYPES = {name: np.dtype(name) for name in OBS_DTYPES}
 
 #: Per-episode metadata keys accepted by writers (anything else goes into ``extra``).
 META_KEYS = ("env_id", "seed", "policy_version", "round", "success", "n_operator_steps", "extra")
@@ -265,15 +266,26 @@ def validate_step(spec: StoreSpec, obs: Mapping[str, Any], action: Any, state: A
     """Check keys, shapes and dtypes of one step (``obs[k]`` of shape ``spec.obs[k][0]``, action
     ``[Da]``, state ``[Ds]``). Finiteness is checked later, vectorised, on the whole episode.
 
-    Returns the normalised ``(obs_dict, action, state)``; raises :class:`StoreError` naming the field.
+    Returns ``(obs_dict, action, state)`` as fresh copies in the spec dtypes (so callers may reuse
+    their buffers); raises :class:`StoreError` naming the field.
     """
     if not isinstance(obs, Mapping):
         raise StoreError(f"obs: expected a dict of arrays, got {type(obs).__name__}")
-    check_obs_keys(spec, obs.keys())
-    out = {k: _coerce(f"obs[{k!r}]", obs[k], d, s, finite=False) for k, (s, d) in spec.obs.items()}
-    action = _coerce("action", action, "float32", (spec.action_dim,), "fiu", finite=False)
-    state = _coerce("state", state, "float64", (spec.state_dim,), "fiu", finite=False)
+    if obs.keys() != spec.obs.keys():
+        check_obs_keys(spec, obs.keys())
+    out = {k: _step_copy(f"obs[{k!r}]", obs[k], d, s, "f") for k, (s, d) in spec.obs.items()}
+    action = _step_copy("action", action, "float32", (spec.action_dim,), "fiu")
+    state = _step_copy("state", state, "float64", (spec.state_dim,), "fiu")
     return out, action, state
+
+
+def _step_copy(name: str, value: Any, dtype: str, shape: tuple[int, ...], kinds: str) -> np.ndarray:
+    """Fast path of :func:`_coerce` for one step (no finiteness check); always returns a copy."""
+    want = _DTYPES[dtype]
+    arr = np.asarray(value)
+    if arr.shape != shape or not (arr.dtype == want or (want.kind == "f" and arr.dtype.kind in kinds)):
+        _coerce(name, value, dtype, shape, kinds, finite=False)  # raises the detailed error
+    return np.array(arr, dtype=want)
 
 
 def check_obs_keys(spec: StoreSpec, keys: Any) -> None:

@@ -188,3 +188,20 @@ def test_spec_validation() -> None:
     assert (
         StoreSpec.from_json(spec.to_json()) == spec and spec.is_image("cam") and not spec.is_image("eef_pos")
     )
+
+
+def test_step_writer_copies_caller_buffers(tmp_path: Path) -> None:
+    """Envs often reuse their observation arrays in place; the writer must not alias them."""
+    spec = make_spec()
+    obs = {k: np.zeros(s, np.float32) for k, (s, _) in spec.obs.items()}
+    action, state = np.zeros(5, np.float32), np.zeros(57)
+    with ReplayStore.create(tmp_path / "s", spec) as store:
+        with store.episode(seed=0) as ep:
+            for t in range(3):
+                for buf in (*obs.values(), action, state):
+                    buf[...] = t
+                ep.add(obs, action, state, source="policy")
+        loaded = store.load(0)
+    np.testing.assert_array_equal(loaded.obs["cube_pos"][:, 0], [0, 1, 2])
+    np.testing.assert_array_equal(loaded.actions[:, 0], [0, 1, 2])
+    np.testing.assert_array_equal(loaded.states[:, -1], [0, 1, 2])
