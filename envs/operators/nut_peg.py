@@ -4,7 +4,12 @@ Every decision is recomputed from the state, so the operator can take over at an
 
 * ``grasp``: rise if low and away from the handle, line up above the handle with open fingers at a
   yaw that puts the pads across the handle, descend, close. Fingers that closed on nothing open again.
-* ``align``: raise the nut until its underside clears the peg top, then carry it so that the hole
+  Recoveries first: a nut hanging on the fingers is set down; a nut standing on edge (tilted) is
+  toppled flat by pushing its upper rim along its hole axis with closed fingers; a nut whose handle
+  lies so close to the peg that an open finger would hit the peg is dragged away by lowering the
+  closed fingers into its hole (the closed pair, 24 mm square, fits the 36 mm hole at any yaw).
+* ``align``: a nut held tilted (it was grasped while leaning) is set down on the table and released,
+  to be grasped again flat. Otherwise raise the nut until its underside clears the peg top, then carry it so that the hole
   centre sits over the peg axis, turning the wrist by the smallest rotation that matches the nut's
   yaw to the peg's modulo 90 degrees (the hole is square). The grasp offset is measured each step
   in the gripper frame, so the target accounts for the handle swinging as the wrist turns.
@@ -17,15 +22,20 @@ import math
 
 import numpy as np
 
-from rewind.envs.core.base import TaskEnv
+from rewind.envs.core.base import MAX_DYAW, TaskEnv
+from rewind.envs.core.mjcf import FINGER_STROKE
 from rewind.envs.operators.base import Operator, wrap_angle
 from rewind.envs.tasks.nut_peg import (
     GRASP_DZ,
     HANDLE_HALF_W,
+    HOLE_HALF,
     NUT_HALF_H,
+    PEG_HALF,
     PEG_HEIGHT,
     PEG_POS,
     PEG_YAW,
+    nut_lowest_z,
+    nut_tilt,
     yaw_error_mod,
 )
 
@@ -38,9 +48,23 @@ FINE_YAW = 0.03
 LOWER_STEP = 0.015
 #: Release once the nut's centre is this close to its resting height on the table.
 RELEASE_DZ = 0.006
+#: Fingertips sit this far below the gripper origin (m).
+FINGERTIP_DZ = 0.014
+#: Release the nut on the peg once the fingertips are this close to the table (m).
+FLOOR_CLEARANCE = 0.005
+#: The operator puts a held nut down and grasps it again when it is tilted more than this (rad).
+HELD_TILT_MAX = 0.12
+#: A free nut tilted more than this (rad) is standing on edge: topple it before grasping.
+STANDING_TILT = 0.6
+#: Half-size of a finger pad in the gripper's x (m) and the closed pair's half-size in y.
+FINGER_HALF_X = 0.012
 #: Largest |gripper yaw| picked for a grasp: leaves room for the <= 45 degree alignment turn
 #: inside the env's [-pi, pi] yaw range.
 MAX_GRASP_YAW = math.pi / 2 + 0.3
+#: Finger command while approaching the handle: a 50 mm opening (15 mm of play on each side of the
+#: 20 mm handle) rather than the full 90 mm, so an open finger does not reach into the peg when the
+#: nut lies next to it.
+PREGRASP_OPEN = 2 * 0.025 / FINGER_STROKE - 1.0
 
 
 def handle_grasp_yaw(nut_yaw: float, current_yaw: float) -> float:
@@ -64,8 +88,63 @@ def gripper_xy_for(nut_xy: np.ndarray, grip_xy: np.ndarray, grip_yaw: float, new
     return PEG_POS - rel_new
 
 
+def _stuck_on_fingers(env: TaskEnv) -> bool:
+    """The nut is off the table and away from the peg, close to the gripper, but not held by its
+    handle (wedged on a finger, or caught by the ring)."""
+    nut = env.object_pos("nut")
+    off_table = nut_lowest_z(nut, env.object_quat("nut")) > 0.012
+    near_peg = float(np.hypot(*(nut[:2] - PEG_POS))) < 0.05
+    near_grip = float(np.linalg.norm(nut - env.gripper_pos())) < 0.08
+    return off_table and near_grip and not near_peg
+
+
+def _peg_dist(xy: np.ndarray) -> float:
+    return float(np.hypot(xy[0] - PEG_POS[0], xy[1] - PEG_POS[1]))
+
+
+def _away_from_peg(xy: np.ndarray) -> np.ndarray:
+    """Horizontal unit vector from the peg axis toward ``xy`` (+x if on the axis)."""
+    d = np.asarray(xy[:2], dtype=float) - PEG_POS
+    n = float(np.hypot(*d))
+    return d / n if n > 1e-6 else np.array([1.0, 0.0])
+
+
+def fingers_in_hole(nut: np.ndarray, grip: np.ndarray) -> bool:
+    """The fingers reach down into the nut's hole."""
+    inside = float(np.hypot(*(grip[:2] - nut[:2]))) < HOLE_HALF
+    return inside and grip[2] - FINGERTIP_DZ < nut[2] + NUT_HALF_H + 0.003 and grip[2] > nut[2] - 0.02
+
+
+def handle_blocked(handle: np.ndarray, nut_yaw: float) -> bool:
+    """An open finger at the pre-grasp opening would overlap the peg (with a few mm to spare)."""
+    lateral = np.array([-math.sin(nut_yaw), math.cos(nut_yaw)])
+    reach = 0.025 + 0.006  # pre-grasp half-opening plus half a finger's thickness
+    limit = PEG_HALF * math.sqrt(2) + math.hypot(FINGER_HALF_X, 0.006) + 0.003
+    return any(_peg_dist(handle[:2] + k * reach * lateral) < limit for k in (-1.0, 1.0))
+
+
+def hole_axis_xy(nut_quat: np.ndarray) -> np.ndarray:
+    """Horizontal unit projection of the nut's hole axis (local z); +x if the nut lies flat."""
+    w, x, y, z = nut_quat
+    ax = np.array([2 * (x * z + w * y), 2 * (y * z - w * x)])
+    n = float(np.hypot(*ax))
+    return ax / n if n > 1e-6 else np.array([1.0, 0.0])
+
+
 class NutPegOperator(Operator):
     """Grasp the nut by its handle, carry it over the peg with matched yaw, lower it, release."""
+
+    def move_to(self, env: TaskEnv, pos: np.ndarray, yaw: float, grip: float) -> np.ndarray:
+        """:meth:`Operator.move_to`, but turning the wrist without wrapping through +-pi.
+
+        The env clips the commanded yaw to ``[-pi, pi]``, so the shortest way round can be blocked
+        there; the turn goes from the (unwrapped) current yaw straight to ``yaw`` instead.
+        """
+        a = super().move_to(env, pos, yaw, grip)
+        cmd = float(getattr(env, "_target_yaw", env.gripper_yaw()))  # the commanded yaw, unwrapped
+        current = cmd + wrap_angle(env.gripper_yaw() - cmd)
+        a[3] = np.clip((wrap_angle(yaw) - current) / MAX_DYAW * 0.7, -1.0, 1.0)
+        return a
 
     def plan(self, env: TaskEnv, stage: int) -> np.ndarray:
         if stage == 0:
@@ -88,17 +167,97 @@ class NutPegOperator(Operator):
         yaw_err = abs(wrap_angle(yaw - env.gripper_yaw()))
         opening = env.gripper_opening()
         low = grip[2] < grasp_z + 0.03
+        recovery = self._grasp_recovery(env)
+        if recovery is not None:
+            return recovery
         if opening < 2 * HANDLE_HALF_W - 0.004 and low:
             # Closed on nothing: open and back off upwards.
-            return self.move_to(env, [grip[0], grip[1], grip[2] + 0.02], env.gripper_yaw(), 1.0)
+            return self.move_to(env, [grip[0], grip[1], grip[2] + 0.02], env.gripper_yaw(), PREGRASP_OPEN)
         if xy_err > 0.008 or yaw_err > 0.08:
             if low and xy_err > 0.02:
-                return self.move_to(env, [grip[0], grip[1], hover_z], env.gripper_yaw(), 1.0)
+                return self.move_to(env, [grip[0], grip[1], hover_z], env.gripper_yaw(), PREGRASP_OPEN)
             z = hover_z if (xy_err > 0.02 or not low) else grip[2]
-            return self.move_to(env, [handle[0], handle[1], z], yaw, 1.0)
+            return self.move_to(env, [handle[0], handle[1], z], yaw, PREGRASP_OPEN)
         if grip[2] > grasp_z + 0.006:
-            return self.move_to(env, [handle[0], handle[1], grasp_z], yaw, 1.0)
+            return self.move_to(env, [handle[0], handle[1], grasp_z], yaw, PREGRASP_OPEN)
         return self.move_to(env, [handle[0], handle[1], grasp_z], yaw, -1.0)
+
+    # ------------------------------------------------------------------ recoveries
+    def _grasp_recovery(self, env: TaskEnv) -> np.ndarray | None:
+        """The action of a recovery that must come before a handle grasp, or None."""
+        grip = env.gripper_pos()
+        nut = env.object_pos("nut")
+        # Open fingers inside the hole wedge against its walls: keep them closed there.
+        in_hole = fingers_in_hole(nut, grip)
+        if _stuck_on_fingers(env):
+            # The nut hangs on the fingers without being held by its handle: set it down, let go.
+            z = grip[2] + NUT_HALF_H + 0.005 - nut[2]
+            return self.move_to(env, [grip[0], grip[1], z], env.gripper_yaw(), -1.0 if in_hole else 1.0)
+        if nut_tilt(env.object_quat("nut")) > STANDING_TILT:
+            return self._topple(env)
+        if handle_blocked(env.handle_pos(), env.nut_yaw()) and _peg_dist(nut) > 0.03:
+            return self._drag_clear(env)
+        if in_hole:
+            return self.move_to(env, [nut[0], nut[1], nut[2] + 0.06], env.gripper_yaw(), -1.0)
+        return None
+
+    def _topple(self, env: TaskEnv) -> np.ndarray:
+        """Push the upper rim of a nut standing on edge along its hole axis, with closed fingers."""
+        nut = env.object_pos("nut")
+        grip = env.gripper_pos()
+        d = hole_axis_xy(env.object_quat("nut"))
+        if float(np.dot(d, _away_from_peg(nut))) < 0:
+            d = -d
+        push_z = nut[2] + 0.02
+        rel = grip[:2] - nut[:2]
+        along = float(np.dot(rel, d))
+        lateral = abs(float(rel[0] * d[1] - rel[1] * d[0]))
+        if along < -0.015 and lateral < 0.015 and abs(grip[2] - push_z) < 0.015:
+            goal = nut[:2] + 0.05 * d
+            return self.move_to(env, [goal[0], goal[1], push_z], env.gripper_yaw(), -1.0)
+        start = nut[:2] - 0.06 * d
+        safe_z = nut[2] + 0.07
+        if float(np.hypot(*(start - grip[:2]))) > 0.01:
+            z = safe_z if (float(np.hypot(*rel)) < 0.09 or grip[2] > safe_z) else grip[2]
+            if grip[2] < z - 0.02:
+                return self.move_to(env, [grip[0], grip[1], z], env.gripper_yaw(), -1.0)
+            return self.move_to(env, [start[0], start[1], z], env.gripper_yaw(), -1.0)
+        return self.move_to(env, [start[0], start[1], push_z], env.gripper_yaw(), -1.0)
+
+    def _drag_clear(self, env: TaskEnv) -> np.ndarray:
+        """Lower the closed fingers into the hole and drag the nut away from the peg."""
+        nut = env.object_pos("nut")
+        grip = env.gripper_pos()
+        hook_z = nut[2] - NUT_HALF_H + FINGERTIP_DZ + 0.004
+        xy_err = float(np.hypot(*(nut[:2] - grip[:2])))
+        if grip[2] < hook_z + 0.01 and xy_err < 0.014:
+            goal = nut[:2] + 0.04 * _away_from_peg(nut)
+            return self.move_to(env, [goal[0], goal[1], hook_z], env.gripper_yaw(), -1.0)
+        hover_z = nut[2] + 0.06
+        if xy_err > 0.004:
+            if grip[2] < hover_z - 0.02 and xy_err > 0.014:
+                return self.move_to(env, [grip[0], grip[1], hover_z], env.gripper_yaw(), -1.0)
+            return self.move_to(
+                env,
+                [nut[0], nut[1], max(hover_z, grip[2]) if xy_err > 0.014 else grip[2]],
+                env.gripper_yaw(),
+                -1.0,
+            )
+        return self.move_to(env, [nut[0], nut[1], hook_z], env.gripper_yaw(), -1.0)
+
+    def _put_down(self, env: TaskEnv) -> np.ndarray:
+        """Set a nut held tilted down on the table, away from the peg, and let go."""
+        nut = env.object_pos("nut")
+        grip = env.gripper_pos()
+        carry_z = self._carry_z(env)
+        if _peg_dist(nut) < 0.1:
+            goal = grip[:2] + 0.05 * _away_from_peg(nut)
+            if grip[2] < carry_z - 0.015 and _peg_dist(nut) < 0.06:
+                return self.move_to(env, [grip[0], grip[1], carry_z], env.gripper_yaw(), -1.0)
+            return self.move_to(env, [goal[0], goal[1], max(grip[2], carry_z)], env.gripper_yaw(), -1.0)
+        if nut_lowest_z(nut, env.object_quat("nut")) < 0.004 or grip[2] - FINGERTIP_DZ < FLOOR_CLEARANCE:
+            return self.move_to(env, [grip[0], grip[1], grip[2] + 0.02], env.gripper_yaw(), PREGRASP_OPEN)
+        return self.move_to(env, [grip[0], grip[1], grip[2] - LOWER_STEP], env.gripper_yaw(), -1.0)
 
     # ------------------------------------------------------------------ carry and lower
     def _targets(self, env: TaskEnv) -> tuple[np.ndarray, float, float, float]:
@@ -119,6 +278,8 @@ class NutPegOperator(Operator):
         return float(env.gripper_pos()[2] + nut_target - nut_z)
 
     def _align(self, env: TaskEnv) -> np.ndarray:
+        if nut_tilt(env.object_quat("nut")) > HELD_TILT_MAX:
+            return self._put_down(env)
         grip = env.gripper_pos()
         xy, yaw, _, _ = self._targets(env)
         carry_z = self._carry_z(env)
@@ -131,8 +292,12 @@ class NutPegOperator(Operator):
         nut_z = env.object_pos("nut")[2]
         xy, yaw, xy_err, dyaw = self._targets(env)
         on_peg = nut_z - NUT_HALF_H < PEG_HEIGHT - 0.002
-        if nut_z < NUT_HALF_H + RELEASE_DZ:
-            return self.move_to(env, [xy[0], xy[1], grip[2]], yaw, 1.0)
+        if not on_peg and nut_tilt(env.object_quat("nut")) > HELD_TILT_MAX:
+            return self._put_down(env)
+        at_floor = grip[2] - FINGERTIP_DZ < FLOOR_CLEARANCE
+        if nut_z < NUT_HALF_H + RELEASE_DZ or (on_peg and at_floor):
+            # Rise a little while opening, so the fingers are not pressed into the table.
+            return self.move_to(env, [grip[0], grip[1], grip[2] + 0.02], env.gripper_yaw(), PREGRASP_OPEN)
         if not on_peg and (xy_err > FINE_XY or abs(dyaw) > FINE_YAW):
             return self.move_to(env, [xy[0], xy[1], min(grip[2], self._carry_z(env))], yaw, -1.0)
         z_goal = grip[2] + (NUT_HALF_H - nut_z)

@@ -46,6 +46,7 @@ NUT_MASS = 0.06
 
 ALIGN_XY_TOL = 0.004
 ALIGN_YAW_TOL = 0.1
+ALIGN_TILT_TOL = 0.3
 INSERT_XY_TOL = 0.005
 INSERT_Z = NUT_HALF_H + 0.015
 #: Height of the gripper origin above the handle centre when grasping (fingertips 2 mm above the
@@ -90,6 +91,25 @@ def _peg_xml() -> str:
     </body>"""
 
 
+def _rotation(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def nut_lowest_z(nut_pos: np.ndarray, nut_quat: np.ndarray) -> float:
+    """Height of the lowest corner of the nut's bounding box (ring plus handle), world frame."""
+    outer = HOLE_HALF + 2 * WALL_HALF
+    xs = (-outer, HANDLE_X + HANDLE_HALF_LEN)
+    corners = np.array([[x, y, z] for x in xs for y in (-outer, outer) for z in (-NUT_HALF_H, NUT_HALF_H)])
+    return float(nut_pos[2] + (corners @ _rotation(nut_quat).T)[:, 2].min())
+
+
 def handle_point(nut_pos: np.ndarray, nut_quat: np.ndarray) -> np.ndarray:
     """World position of the handle centre of a nut at ``nut_pos`` with orientation ``nut_quat``."""
     w, x, y, z = nut_quat
@@ -114,15 +134,25 @@ def handle_held(
     return bool(
         abs(x_local) < 0.02
         and abs(y_local) < 0.012
-        and -0.03 < rel[2] < 0.01
+        and -0.022 < rel[2] < 0.045
         and HANDLE_HALF_W < opening < 2 * HANDLE_HALF_W + tol
     )
 
 
-def aligned_over_peg(nut_pos: np.ndarray, nut_yaw: float) -> bool:
-    """The hole centre is on the peg axis (within ``ALIGN_XY_TOL``) with yaw matched (mod 90 deg)."""
+def nut_tilt(nut_quat: np.ndarray) -> float:
+    """Angle (rad) between the nut's hole axis (local z) and world z, folded to [0, pi/2] (the nut is
+    symmetric top to bottom)."""
+    w, x, y, _ = nut_quat
+    cos_t = abs(1.0 - 2.0 * (x * x + y * y))
+    return math.acos(min(1.0, cos_t))
+
+
+def aligned_over_peg(nut_pos: np.ndarray, nut_yaw: float, tilt: float = 0.0) -> bool:
+    """The nut lies flat (tilt under ``ALIGN_TILT_TOL``), its hole centre on the peg axis (within
+    ``ALIGN_XY_TOL``), its yaw matched to the peg's (mod 90 deg, within ``ALIGN_YAW_TOL``)."""
     dxy = math.hypot(nut_pos[0] - PEG_POS[0], nut_pos[1] - PEG_POS[1])
-    return dxy < ALIGN_XY_TOL and abs(yaw_error_mod(nut_yaw, PEG_YAW)) < ALIGN_YAW_TOL
+    yaw_ok = abs(yaw_error_mod(nut_yaw, PEG_YAW)) < ALIGN_YAW_TOL
+    return dxy < ALIGN_XY_TOL and yaw_ok and tilt < ALIGN_TILT_TOL
 
 
 def resting_on_peg(nut_pos: np.ndarray) -> bool:
@@ -138,7 +168,7 @@ class NutPegEnv(TaskEnv):
     task_name = "nut_peg"
     stage_names = ("grasp", "align", "insert")
     object_names = ("nut",)
-    default_max_steps = 200
+    default_max_steps = 90
 
     def _scene_xml(self) -> str:
         return build_scene("nut_peg", _nut_xml() + _peg_xml())
@@ -167,7 +197,8 @@ class NutPegEnv(TaskEnv):
         held = self.nut_held()
         if not held:
             return 3 if resting_on_peg(nut) else 0
-        return 2 if aligned_over_peg(nut, self.nut_yaw()) else 1
+        aligned = aligned_over_peg(nut, self.nut_yaw(), nut_tilt(self.object_quat("nut")))
+        return 2 if aligned else 1
 
     def _low_dim_obs(self) -> dict[str, np.ndarray]:
         """The base observation plus the handle position, its offset from the gripper and the peg."""
