@@ -91,6 +91,9 @@ class StoreSpec:
         if not isinstance(self.env_id, str) or not self.env_id:
             raise StoreError(f"spec.env_id: must be a non-empty string, got {self.env_id!r}")
 
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
     def is_image(self, key: str) -> bool:
         """True when ``key`` is stored as a chunked, compressed image (uint8, rank 3)."""
         shape, dtype = self.obs[key]

@@ -203,6 +203,7 @@ class ReplayStore:
         """
         if source is not None:
             source = SOURCES[source_code(source)]
+        success = None if success is None else bool(success)
         out = []
         for info in self._infos.values():
             if success is not None and info.success is not success:

@@ -93,6 +93,7 @@ def test_step_writer_discards_on_exception_and_explicitly(tmp_path: Path) -> Non
 def test_queries_and_summary(tmp_path: Path) -> None:
     eps = [make_episode(i) for i in range(6)]
     with _fill(tmp_path / "s", 6) as store:
+        assert store.episodes(success=np.bool_(True)) == store.episodes(success=True)
         assert [e.id for e in store.episodes(success=True)] == [
             i for i in range(6) if eps[i]["meta"]["success"]
         ]
@@ -188,6 +189,7 @@ def test_spec_validation() -> None:
     assert (
         StoreSpec.from_json(spec.to_json()) == spec and spec.is_image("cam") and not spec.is_image("eef_pos")
     )
+    assert hash(StoreSpec.from_json(spec.to_json())) == hash(spec) and make_spec() != spec
 
 
 def test_step_writer_copies_caller_buffers(tmp_path: Path) -> None:
