@@ -15,6 +15,10 @@ N_SUBSTEPS = 25
 #: Half-stroke of one finger (m): each finger slides from 0 (closed) to this (open).
 FINGER_STROKE = 0.045
 
+# The finger pads have contact priority 1, so a pad contact takes the pad's own friction rather than
+# the larger of the two geoms' (MuJoCo's default mixing). With every object's friction below the
+# pads' 2.0 this changes nothing nominally, and it lets ``set_finger_friction`` actually make a
+# grasp slip.
 _GRIPPER_XML = f"""
     <body name="gripper_target" mocap="true" pos="0 0 0.25">
       <site name="target_site" size="0.004" rgba="1 0 0 0.3" group="5"/>
@@ -32,14 +36,14 @@ _GRIPPER_XML = f"""
                armature="0.01"/>
         <inertial pos="0 0 0.02" mass="0.05" diaginertia="1e-5 1e-5 1e-5"/>
         <geom name="finger_left" type="box" size="0.012 0.006 0.032" pos="0 0.006 0.018" friction="2.0 0.02 0.002"
-              condim="4" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
+              condim="4" priority="1" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
       </body>
       <body name="finger_right" pos="0 0 0" gravcomp="1">
         <joint name="finger_right" type="slide" axis="0 -1 0" range="0 {FINGER_STROKE}" damping="2"
                armature="0.01"/>
         <inertial pos="0 0 0.02" mass="0.05" diaginertia="1e-5 1e-5 1e-5"/>
         <geom name="finger_right" type="box" size="0.012 0.006 0.032" pos="0 -0.006 0.018" friction="2.0 0.02 0.002"
-              condim="4" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
+              condim="4" priority="1" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
       </body>
     </body>
 """
