@@ -34,6 +34,7 @@ from rewind.envs.tasks.nut_peg import (
     PEG_HEIGHT,
     PEG_POS,
     PEG_YAW,
+    WALL_HALF,
     nut_lowest_z,
     nut_tilt,
     yaw_error_mod,
@@ -56,6 +57,12 @@ FLOOR_CLEARANCE = 0.005
 HELD_TILT_MAX = 0.12
 #: A free nut tilted more than this (rad) is standing on edge: topple it before grasping.
 STANDING_TILT = 0.6
+#: Lead (m) of the target ahead of the gripper while pushing or dragging the nut (~6 mm/step).
+PUSH_STEP = 0.01
+#: Where toppled or dragged nuts are pushed toward: the middle of the nut's start area.
+HOME_XY = np.array([-0.09, 0.0])
+#: Half the outer width of the ring (m).
+RING_HALF = HOLE_HALF + 2 * WALL_HALF
 #: Half-size of a finger pad in the gripper's x (m) and the closed pair's half-size in y.
 FINGER_HALF_X = 0.012
 #: Largest |gripper yaw| picked for a grasp: leaves room for the <= 45 degree alignment turn
@@ -93,9 +100,9 @@ def _stuck_on_fingers(env: TaskEnv) -> bool:
     handle (wedged on a finger, or caught by the ring)."""
     nut = env.object_pos("nut")
     off_table = nut_lowest_z(nut, env.object_quat("nut")) > 0.012
-    near_peg = float(np.hypot(*(nut[:2] - PEG_POS))) < 0.05
+    on_peg = _peg_dist(nut) < 0.05 and nut_lowest_z(nut, env.object_quat("nut")) < PEG_HEIGHT + 0.005
     near_grip = float(np.linalg.norm(nut - env.gripper_pos())) < 0.08
-    return off_table and near_grip and not near_peg
+    return off_table and near_grip and not on_peg
 
 
 def _peg_dist(xy: np.ndarray) -> float:
@@ -121,6 +128,12 @@ def handle_blocked(handle: np.ndarray, nut_yaw: float) -> bool:
     reach = 0.025 + 0.006  # pre-grasp half-opening plus half a finger's thickness
     limit = PEG_HALF * math.sqrt(2) + math.hypot(FINGER_HALF_X, 0.006) + 0.003
     return any(_peg_dist(handle[:2] + k * reach * lateral) < limit for k in (-1.0, 1.0))
+
+
+def handle_pinchable(nut_quat: np.ndarray) -> bool:
+    """The handle's width axis (local y, the pads' closing direction) is near horizontal."""
+    w, x, y, z = nut_quat
+    return abs(2 * (y * z + w * x)) < 0.5
 
 
 def hole_axis_xy(nut_quat: np.ndarray) -> np.ndarray:
@@ -193,8 +206,11 @@ class NutPegOperator(Operator):
             # The nut hangs on the fingers without being held by its handle: set it down, let go.
             z = grip[2] + NUT_HALF_H + 0.005 - nut[2]
             return self.move_to(env, [grip[0], grip[1], z], env.gripper_yaw(), -1.0 if in_hole else 1.0)
-        if nut_tilt(env.object_quat("nut")) > STANDING_TILT:
-            return self._topple(env)
+        quat = env.object_quat("nut")
+        if nut_tilt(quat) > STANDING_TILT:
+            # A nut leaning on the peg is lifted off it by its handle where the pads can pinch it.
+            if not (_peg_dist(nut) < 0.045 and handle_pinchable(quat)):
+                return self._topple(env)
         if handle_blocked(env.handle_pos(), env.nut_yaw()) and _peg_dist(nut) > 0.03:
             return self._drag_clear(env)
         if in_hole:
@@ -202,20 +218,34 @@ class NutPegOperator(Operator):
         return None
 
     def _topple(self, env: TaskEnv) -> np.ndarray:
-        """Push the upper rim of a nut standing on edge along its hole axis, with closed fingers."""
+        """Topple a nut standing on edge: push its upper rim along its hole axis, away from the peg.
+
+        When the pusher's start point is taken by the peg, first slide the nut along its own plane
+        (pushing low, it slides rather than tips) until the start point is clear."""
+        nut = env.object_pos("nut")
+        axis = hole_axis_xy(env.object_quat("nut"))
+        home = HOME_XY - nut[:2]
+        d = axis if float(np.dot(axis, home)) >= 0 else -axis
+        for cand in (d, -d):
+            if _peg_dist(nut[:2] - 0.06 * cand) > 0.05:
+                # Push near the top of the upright ring (fingertips 1 cm below its rim).
+                return self._push(env, cand, nut[2] + RING_HALF - 0.01 + FINGERTIP_DZ, 0.06)
+        side = np.array([-axis[1], axis[0]])
+        side = side if float(np.dot(side, home)) >= 0 else -side
+        return self._push(env, side, FINGERTIP_DZ + 0.004, 0.055)
+
+    def _push(self, env: TaskEnv, d: np.ndarray, push_z: float, reach: float) -> np.ndarray:
+        """Push the nut along unit ``d`` with closed fingers at height ``push_z``, starting ``reach``
+        behind its centre (reached from above)."""
         nut = env.object_pos("nut")
         grip = env.gripper_pos()
-        d = hole_axis_xy(env.object_quat("nut"))
-        if float(np.dot(d, _away_from_peg(nut))) < 0:
-            d = -d
-        push_z = nut[2] + 0.02
         rel = grip[:2] - nut[:2]
         along = float(np.dot(rel, d))
         lateral = abs(float(rel[0] * d[1] - rel[1] * d[0]))
         if along < -0.015 and lateral < 0.015 and abs(grip[2] - push_z) < 0.015:
-            goal = nut[:2] + 0.05 * d
+            goal = grip[:2] + PUSH_STEP * d  # slowly, so the nut tips over rather than flies
             return self.move_to(env, [goal[0], goal[1], push_z], env.gripper_yaw(), -1.0)
-        start = nut[:2] - 0.06 * d
+        start = nut[:2] - reach * d
         safe_z = nut[2] + 0.07
         if float(np.hypot(*(start - grip[:2]))) > 0.01:
             z = safe_z if (float(np.hypot(*rel)) < 0.09 or grip[2] > safe_z) else grip[2]
@@ -231,7 +261,7 @@ class NutPegOperator(Operator):
         hook_z = nut[2] - NUT_HALF_H + FINGERTIP_DZ + 0.004
         xy_err = float(np.hypot(*(nut[:2] - grip[:2])))
         if grip[2] < hook_z + 0.01 and xy_err < 0.014:
-            goal = nut[:2] + 0.04 * _away_from_peg(nut)
+            goal = grip[:2] + PUSH_STEP * _away_from_peg(nut)
             return self.move_to(env, [goal[0], goal[1], hook_z], env.gripper_yaw(), -1.0)
         hover_z = nut[2] + 0.06
         if xy_err > 0.004:
@@ -272,10 +302,9 @@ class NutPegOperator(Operator):
         return xy, new_yaw, xy_err, dyaw
 
     def _carry_z(self, env: TaskEnv) -> float:
-        """Gripper height that holds the nut's underside ``CARRY_CLEARANCE`` above the peg top."""
-        nut_z = env.object_pos("nut")[2]
-        nut_target = PEG_HEIGHT + NUT_HALF_H + CARRY_CLEARANCE + self.dz
-        return float(env.gripper_pos()[2] + nut_target - nut_z)
+        """Gripper height that holds the nut's lowest point ``CARRY_CLEARANCE`` above the peg top."""
+        lowest = nut_lowest_z(env.object_pos("nut"), env.object_quat("nut"))
+        return float(env.gripper_pos()[2] + PEG_HEIGHT + CARRY_CLEARANCE + self.dz - lowest)
 
     def _align(self, env: TaskEnv) -> np.ndarray:
         if nut_tilt(env.object_quat("nut")) > HELD_TILT_MAX:

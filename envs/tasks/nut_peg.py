@@ -124,7 +124,7 @@ def yaw_error_mod(yaw: float, target: float, symmetry: float = math.pi / 2) -> f
 
 
 def handle_held(
-    handle: np.ndarray, grip: np.ndarray, grip_yaw: float, opening: float, tol: float = 0.012
+    handle: np.ndarray, grip: np.ndarray, grip_yaw: float, opening: float, tol: float = 0.02
 ) -> bool:
     """The handle centre sits between the finger pads (gripper frame) and the pads close on it."""
     rel = handle - grip
