@@ -209,7 +209,7 @@ class NutPegOperator(Operator):
         quat = env.object_quat("nut")
         if nut_tilt(quat) > STANDING_TILT:
             # A nut leaning on the peg is lifted off it by its handle where the pads can pinch it.
-            if not (_peg_dist(nut) < 0.045 and handle_pinchable(quat)):
+            if not (_peg_dist(nut) < 0.08 and handle_pinchable(quat)):
                 return self._topple(env)
         if handle_blocked(env.handle_pos(), env.nut_yaw()) and _peg_dist(nut) > 0.03:
             return self._drag_clear(env)
