@@ -15,15 +15,17 @@ from rewind.envs.tasks.pick_place import (
     BIN_WALL_T,
     CAN_HALF_H,
     CAN_R,
+    HELD_TILT,
     RELEASE_OPENING,
     can_tilt,
     over_bin,
 )
 
-#: Gripper height (m) while carrying: the can's bottom clears the bin walls by ~5 cm.
-CARRY_Z = 0.15
 #: The can's bottom must be this far above the wall tops before the gripper moves sideways to the bin.
 WALL_CLEARANCE = 0.025
+#: Gripper height (m) while carrying: the can's bottom (held 2.5 mm below the gripper origin) clears
+#: the walls by ``WALL_CLEARANCE`` + 15 mm, more than the per-episode height jitter of the noise.
+CARRY_Z = BIN_WALL_H + WALL_CLEARANCE + 0.015 + CAN_HALF_H + 0.0025
 #: Horizontal error (m) to the bin centre within which the operator lowers the can.
 CENTER_TOL = 0.012
 #: Height (m) of the can's bottom above the floor at which the fingers open.
@@ -53,7 +55,7 @@ class PickPlaceOperator(Operator):
             if env.gripper_opening() < RELEASE_OPENING:  # let go in place before moving
                 return self.move_to(env, grip, env.gripper_yaw(), 1.0)
             return self.move_to(env, [grip[0], grip[1], CARRY_Z + self.dz], env.gripper_yaw(), 1.0)
-        if can_tilt(env.object_quat("can")) > math.radians(35):
+        if can_tilt(env.object_quat("can")) > HELD_TILT:
             return self.move_to(env, [can[0], can[1], CARRY_Z + self.dz], env.gripper_yaw(), 1.0)
         grasp_z = max(float(can[2]) + 0.0025, 0.03)
         return self.grasp(env, "can", CAN_R, grasp_z, _grasp_yaw(can, env.gripper_yaw()))

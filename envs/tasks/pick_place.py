@@ -30,8 +30,8 @@ CAN_R = 0.025
 CAN_HALF_H = 0.035
 #: Mass (kg) of the can's shell, plus a ballast disc in its base (like the liquid in a real can), which
 #: keeps the centre of mass low so that knocks slide the can rather than topple it.
-CAN_MASS = 0.07
-CAN_BALLAST = 0.08
+CAN_MASS = 0.04
+CAN_BALLAST = 0.12
 #: Friction between the can and the table (an explicit contact pair; everything else uses the geoms').
 CAN_TABLE_FRICTION = 0.35
 #: Sides of the prism that stands in for the can's cylinder in collisions.
@@ -40,12 +40,15 @@ CAN_X_RANGE = (-0.24, -0.07)
 CAN_Y_RANGE = (-0.14, 0.14)
 BIN_CENTER = np.array([0.17, 0.0])
 BIN_INNER = 0.075
-BIN_WALL_H = 0.06
+_BIN_X, _BIN_Y = float(BIN_CENTER[0]), float(BIN_CENTER[1])
+BIN_WALL_H = 0.05
 BIN_WALL_T = 0.008
 #: The can counts as over the bin when its centre is this far inside the inner walls.
 OVER_BIN_MARGIN = 0.01
 #: Max tilt of the can's axis from vertical (rad) for it to count as upright.
 UPRIGHT_TILT = math.radians(12.0)
+#: Max tilt (rad) of a can that counts as held (a can lying between the fingers is not carried upright).
+HELD_TILT = math.radians(35.0)
 #: Max linear speed (m/s) of a can that counts as resting.
 REST_SPEED = 0.05
 #: Finger opening (m) above which the can counts as released.
@@ -130,8 +133,8 @@ def can_axis_yaw(quat: np.ndarray) -> float:
 
 def over_bin(pos: np.ndarray, margin: float = OVER_BIN_MARGIN) -> bool:
     """The point ``pos`` lies over the bin opening, ``margin`` inside the inner walls (xy only)."""
-    d = np.abs(np.asarray(pos[:2]) - BIN_CENTER)
-    return bool(d.max() < BIN_INNER - margin)
+    dx, dy = abs(float(pos[0]) - _BIN_X), abs(float(pos[1]) - _BIN_Y)
+    return max(dx, dy) < BIN_INNER - margin
 
 
 class PickPlaceEnv(TaskEnv):
@@ -155,9 +158,7 @@ class PickPlaceEnv(TaskEnv):
     # ------------------------------------------------------------------ predicates
     def can_held(self) -> bool:
         """The can is upright-ish between the closed finger pads."""
-        return in_gripper(self, "can", CAN_R, tol=0.012) and can_tilt(self.object_quat("can")) < math.radians(
-            35
-        )
+        return in_gripper(self, "can", CAN_R, tol=0.012) and can_tilt(self.object_quat("can")) < HELD_TILT
 
     def can_upright(self) -> bool:
         """The can's axis is within ``UPRIGHT_TILT`` of vertical."""
@@ -166,13 +167,13 @@ class PickPlaceEnv(TaskEnv):
     def can_placed(self) -> bool:
         """The can stands upright on the bin floor inside the walls, at rest, and the fingers are open."""
         pos = self.object_pos("can")
+        if not (over_bin(pos, margin=CAN_R - 0.002) and abs(float(pos[2]) - CAN_HALF_H) < 0.006):
+            return False
         a = self._obj_dofadr["can"]
-        speed = float(np.linalg.norm(self.data.qvel[a : a + 3]))
+        vx, vy, vz = self.data.qvel[a : a + 3]
         return (
-            over_bin(pos, margin=CAN_R - 0.002)
-            and abs(pos[2] - CAN_HALF_H) < 0.006
-            and self.can_upright()
-            and speed < REST_SPEED
+            self.can_upright()
+            and math.sqrt(vx * vx + vy * vy + vz * vz) < REST_SPEED
             and self.gripper_opening() > RELEASE_OPENING
         )
 
