@@ -47,10 +47,12 @@ def test_git_revision(tmp_path: Path) -> None:
 
 def test_setup_logging_is_idempotent(tmp_path: Path) -> None:
     root = logging.getLogger()
-    before = len(root.handlers)
+    foreign = [h for h in root.handlers if not getattr(h, "_rewind_handler", False)]
     setup_logging("DEBUG", log_file=tmp_path / "a.log")
     setup_logging("INFO", log_file=tmp_path / "b.log")
-    assert len(root.handlers) == before + 2 and root.level == logging.INFO
+    ours = [h for h in root.handlers if getattr(h, "_rewind_handler", False)]
+    assert len(ours) == 2 and root.level == logging.INFO  # console + b.log; a.log was replaced
+    assert [h for h in root.handlers if h not in ours] == foreign
     logging.getLogger("rewind.test").info("hello")
     assert "hello" in (tmp_path / "b.log").read_text() and "hello" not in (tmp_path / "a.log").read_text()
     for handler in [h for h in root.handlers if getattr(h, "_rewind_handler", False)]:
