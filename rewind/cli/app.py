@@ -172,6 +172,8 @@ def _execute(func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: s
         atomic_write_json(out_dir / "run.json", {**info, "duration_s": round(elapsed, 3)})
         log.info("%s done in %.1fs: %s", prog, elapsed, format_summary(summary))
         log.info("summary: %s", out_dir / "summary.json")
+    finally:
+        setup_logging()  # console only: closes run.log (matters when commands run in-process)
 
 
 def is_user_error(exc: BaseException) -> bool:
