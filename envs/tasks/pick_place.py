@@ -2,13 +2,14 @@
 
 Geometry (metres, world frame, table surface at z = 0):
 
-* the can is a cylinder of radius ``CAN_R`` and half-height ``CAN_HALF_H``, spawned upright with its
-  centre uniformly in ``CAN_X_RANGE`` x ``CAN_Y_RANGE`` (the left half of the table);
+* the can is a cylinder of radius ``CAN_R`` and half-height ``CAN_HALF_H`` (a 24-sided prism mesh for
+  collisions: MuJoCo 4.0's cylinder-plane contact made a resting cylinder jump), ballasted in its base,
+  spawned upright with its centre uniformly in ``CAN_X_RANGE`` x ``CAN_Y_RANGE`` (the left half);
 * the bin is fixed at ``BIN_CENTER`` (the right half): four wall boxes of height ``BIN_WALL_H`` around
   an open square of half-size ``BIN_INNER``; its floor is the table itself (a thin visual mat marks it),
   so the can stands on the same plane it started on.
 
-Stages (``info["stage"]`` is recomputed from the state every step, see :meth:`PickPlaceEnv.stage_of`):
+Stages (``info["stage"]`` is recomputed from the state every step, see :meth:`PickPlaceEnv._compute_stage`):
 
 0. ``grasp`` -- the can is not held (and not placed).
 1. ``carry`` -- the can is held, but its centre is not over the bin opening.
