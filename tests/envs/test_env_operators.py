@@ -76,3 +76,23 @@ def test_pick_place_stages_progress_in_order_and_fall_back_after_a_drop() -> Non
         info = env.step(drop)[4]
     assert info["stage"] == 0
     assert np.abs(env.object_pos("can")[:2] - BIN_CENTER).max() < 0.1
+
+
+def test_pick_place_grasp_survives_violent_shaking() -> None:
+    env = renvs.make_env("pick_place", max_steps=1000).unwrapped
+    op = renvs.make_operator("pick_place")
+    for seed in range(3):
+        env.reset(seed=seed)
+        op.reset(np.random.default_rng(seed))
+        while env.stage() != 1:
+            env.step(op.act(env))
+        for _ in range(8):
+            env.step(np.array([0.0, 0.0, 1.0, 0.0, -1.0]))  # lift clear of the table
+        rng = np.random.default_rng(seed)
+        for t in range(100):
+            a = rng.uniform(-1, 1, ACT_DIM)
+            a[4] = -1.0
+            if env.gripper_pos()[2] < 0.12:
+                a[2] = max(a[2], -0.2)  # shake, but do not slam the can into the table
+            env.step(a)
+            assert env.can_held(), f"seed {seed}: the can slipped out after {t + 1} shaking steps"
