@@ -1,0 +1,189 @@
+"""Shared machinery of the observation-conditioned policies: normalizer, obs encoder, batch parsing,
+input checks, the seeded training generator and the masked, weighted chunk loss.
+
+A registered policy class is built as ``cls(config, shape_meta)`` and exposes ``config`` (its
+dataclass) and ``shape_meta`` (see :mod:`rewind.policies.shape_meta`); :mod:`rewind.policies.io`
+relies on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from rewind.policies.base import ActionChunkPolicy, Obs
+from rewind.policies.configuration_base import PolicyConfig
+from rewind.policies.encoders import ImageEncoder, LowDimEncoder
+from rewind.policies.normalizer import Normalizer
+from rewind.policies.shape_meta import is_image, low_dim_keys, normalize_shape_meta
+
+
+def masked_weighted_mse(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Scalar loss from ``pred``/``target`` ``[B, H, Da]``.
+
+    Per sample: mean squared error over ``Da`` and the valid steps (``mask`` ``[B, H]`` bool).
+    Over the batch: the ``weight``-weighted mean (``sum(w * l) / sum(w)``; ``weight`` ``[B]``), so
+    a weight of 0 removes a sample and the loss scale does not depend on the weights' scale.
+    """
+    err = (pred.float() - target.float()).pow(2).mean(-1)  # [B, H]
+    if mask is not None:
+        m = mask.to(err.dtype)
+        per_sample = (err * m).sum(1) / m.sum(1).clamp_min(1.0)
+    else:
+        per_sample = err.mean(1)
+    if weight is None:
+        return per_sample.mean()
+    w = weight.to(err.dtype)
+    return (per_sample * w).sum() / w.sum().clamp_min(1e-8)
+
+
+class ObsConditionedPolicy(ActionChunkPolicy):
+    """An :class:`ActionChunkPolicy` with a :class:`Normalizer` and an observation encoder.
+
+    Args:
+        config: the policy's config dataclass (a :class:`PolicyConfig`).
+        shape_meta: observation/action layout (see :mod:`rewind.policies.shape_meta`).
+
+    Attributes:
+        obs_keys / image_keys: the resolved keys the policy reads.
+        normalizer: ``"action"`` and ``"obs/<key>"`` statistics (fit with :meth:`fit_normalizer`).
+        obs_encoder: :class:`LowDimEncoder` or :class:`ImageEncoder`; ``feature_dim`` is its ``F``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: PolicyConfig, shape_meta: Mapping[str, Any]) -> None:
+        meta = normalize_shape_meta(shape_meta)
+        super().__init__(config.n_obs_steps, config.horizon, config.n_action_steps, meta["action_dim"])
+        self.config, self.shape_meta = config, meta
+        obs_meta = meta["obs"]
+        for key in [*config.obs_keys, *config.image_keys]:
+            if key not in obs_meta:
+                raise ValueError(f"obs key {key!r} is not in shape_meta; available: {sorted(obs_meta)}")
+        bad = [k for k in config.image_keys if not is_image(obs_meta[k])]
+        if bad:
+            raise ValueError(f"image_keys {bad} are not uint8 [H, W, C] in shape_meta")
+        self.obs_keys = list(config.obs_keys) or low_dim_keys(meta)
+        self.image_keys = list(config.image_keys)
+        if not self.obs_keys and not self.image_keys:
+            raise ValueError(
+                "the policy has no observation keys: shape_meta has no low-dim keys and image_keys is empty"
+            )
+        dims = {k: int(np.prod(obs_meta[k]["shape"])) for k in self.obs_keys}
+        specs = {"action": (meta["action_dim"], config.action_norm)}
+        specs.update({f"obs/{k}": (dims[k], config.obs_norm) for k in self.obs_keys})
+        specs.update({f"obs/{k}": (0, "image") for k in self.image_keys})
+        self.normalizer = Normalizer(specs)
+        self.obs_encoder = self._build_encoder(dims)
+        self.feature_dim: int = self.obs_encoder.out_dim
+        self._generators: dict[str, torch.Generator] = {}
+
+    def _build_encoder(self, dims: Mapping[str, int]) -> nn.Module:
+        cfg = self.config
+        low = None
+        if self.obs_keys:
+            low = LowDimEncoder(self.obs_keys, dims, cfg.n_obs_steps, cfg.obs_feature_dim, cfg.low_dim_mode)
+        if not self.image_keys:
+            return low
+        shapes = {tuple(self.shape_meta["obs"][k]["shape"]) for k in self.image_keys}
+        if len(shapes) != 1:
+            raise ValueError(f"all image_keys must have the same shape; got {sorted(shapes)}")
+        return ImageEncoder(
+            self.image_keys,
+            shapes.pop(),
+            cfg.n_obs_steps,
+            crop_ratio=cfg.image_crop_ratio,
+            pool=cfg.image_pool,
+            image_feature_dim=cfg.image_feature_dim,
+            low_dim=low,
+        )
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def device(self) -> torch.device:
+        """Device of the parameters."""
+        return next(self.parameters()).device
+
+    @property
+    def used_obs_keys(self) -> list[str]:
+        """Every observation key the policy reads (low-dim, then images)."""
+        return [*self.obs_keys, *self.image_keys]
+
+    def fit_normalizer(self, data: Mapping[str, np.ndarray]) -> None:
+        """Fit the normalizer from ``ReplayBuffer.data``-style arrays (``action``, ``obs/<key>``)."""
+        self.normalizer.fit(data)
+
+    def training_generator(self, device: torch.device | str) -> torch.Generator:
+        """The policy's own generator on ``device`` (seeded with ``config.seed`` on first use)."""
+        dev = torch.device(device)
+        key = str(dev)
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(dev).manual_seed(int(self.config.seed))
+        return self._generators[key]
+
+    def check_obs(self, obs: Obs) -> Obs:
+        """The used keys of ``obs`` on the policy's device; raises on a missing key, a wrong
+        window length or a NaN/inf in a float observation (message names the key)."""
+        out = {}
+        for key in self.used_obs_keys:
+            if key not in obs:
+                raise KeyError(f"observation key {key!r} missing; got {sorted(obs)}")
+            x = torch.as_tensor(obs[key]).to(self.device)
+            if x.dim() < 2 or x.shape[1] != self.n_obs_steps:
+                raise ValueError(f"obs[{key!r}] must be [B, To={self.n_obs_steps}, ...]; got {list(x.shape)}")
+            if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+                raise ValueError(f"obs[{key!r}] contains NaN or inf values")
+            out[key] = x
+        return out
+
+    def encode_obs(self, obs: Obs, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Checked, normalized, encoded features ``[B, F]`` (``generator``: image crops in training)."""
+        obs_n = self.normalizer.normalize_obs(self.check_obs(obs))
+        if isinstance(self.obs_encoder, ImageEncoder):
+            return self.obs_encoder(obs_n, generator)
+        return self.obs_encoder(obs_n)
+
+    def encode(self, obs: Obs) -> torch.Tensor:
+        """Observation features ``[B, F]`` from a window ``dict[key -> [B, To, ...]]`` (env units)."""
+        return self.encode_obs(obs)
+
+    def split_batch(
+        self, batch: Mapping[str, Any]
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``(obs, action_normalized [B, H, Da], mask [B, H] | None, weight [B] | None)`` from a
+        window batch with an ``obs`` dict or flat ``obs/<key>`` entries (tensors, env units)."""
+        obs = dict(batch["obs"]) if "obs" in batch else {}
+        obs.update({k[4:]: v for k, v in batch.items() if k.startswith("obs/")})
+        dev = self.device
+        action = torch.as_tensor(batch["action"]).to(dev)
+        if action.shape[1:] != (self.horizon, self.action_dim):
+            raise ValueError(
+                f"action must be [B, H={self.horizon}, Da={self.action_dim}]; got {list(action.shape)}"
+            )
+        mask = batch.get("action_mask") if self.config.mask_padding else None
+        weight = batch.get("weight")
+        return (
+            obs,
+            self.normalizer.normalize("action", action),
+            None if mask is None else torch.as_tensor(mask).to(dev),
+            None if weight is None else torch.as_tensor(weight).to(dev),
+        )
+
+    def repeat_features(self, features: torch.Tensor, num_samples: int) -> torch.Tensor:
+        """``[B, F]`` -> ``[B * S, F]`` (each row repeated ``S`` times, sample-major inside a row)."""
+        return features.repeat_interleave(num_samples, dim=0)
+
+    def initial_noise(self, batch: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Standard normal ``[batch, H, Da]`` drawn on the generator's device, moved to the policy's."""
+        dev = generator.device if generator is not None else self.device
+        x = torch.randn((batch, self.horizon, self.action_dim), generator=generator, device=dev)
+        return x.to(self.device)

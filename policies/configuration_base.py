@@ -1,0 +1,142 @@
+"""Config fields shared by the policies (chunk timing, observation encoding, normalization, EMA).
+
+Each policy folder subclasses these dataclasses (``policies/<name>/configuration_<name>.py``);
+every field is validated in ``__post_init__`` with a message naming the field and the allowed
+values. Configs round-trip through JSON (:func:`dataclasses.asdict`; tuples come back as lists
+and are converted back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
+    """Raise ``ValueError("<name> must be one of [a, b]; got X")`` unless ``value in choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of [{', '.join(map(str, choices))}]; got {value}")
+
+
+def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
+    """Raise ``ValueError`` unless ``lo <= value <= hi`` (either bound optional)."""
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{name} must be in [{lo}, {hi}]; got {value}")
+
+
+@dataclass
+class PolicyConfig:
+    """Fields every action-chunk policy has.
+
+    Attributes:
+        n_obs_steps: ``To``, observation steps per window.
+        horizon: ``H``, actions per predicted chunk.
+        n_action_steps: ``Ta``, actions executed per chunk (``1 <= Ta <= H - To + 1``).
+        obs_keys: low-dim observation keys fed to the encoder; empty = every low-dim key of the
+            shape meta (every key that is not a uint8 image).
+        image_keys: image keys (uint8 ``[H, W, C]`` per step); empty = no images.
+        action_norm: normalization of actions, ``min_max`` (to ``[-1, 1]``) or ``mean_std``.
+        obs_norm: normalization of low-dim observations, ``min_max`` or ``mean_std``.
+        obs_feature_dim: ``F`` of the low-dim encoder MLP.
+        low_dim_mode: ``flatten`` (MLP on the ``To`` steps concatenated) or ``per_step``.
+        image_crop_ratio: random-crop side ratio while training (center crop at eval), in (0, 1].
+        image_pool: ``spatial_softmax`` or ``avg``.
+        image_feature_dim: features per image and step.
+        mask_padding: exclude padded actions (``action_mask == False``) from the loss.
+        seed: seeds the policy's own generator for training noise and crops.
+        ema_decay: maximum EMA decay (diffusers ``EMAModel(decay=...)``).
+        ema_min_decay: minimum EMA decay.
+        ema_use_warmup: use the warmup schedule ``1 - (1 + step / inv_gamma) ** -power``.
+        ema_inv_gamma: EMA warmup ``inv_gamma``.
+        ema_power: EMA warmup ``power`` (0.75 as in Diffusion Policy).
+        ema_update_after_step: EMA starts averaging after this many steps.
+    """
+
+    n_obs_steps: int = 2
+    horizon: int = 16
+    n_action_steps: int = 8
+    obs_keys: list[str] = field(default_factory=list)
+    image_keys: list[str] = field(default_factory=list)
+    action_norm: str = "min_max"
+    obs_norm: str = "min_max"
+    obs_feature_dim: int = 256
+    low_dim_mode: str = "flatten"
+    image_crop_ratio: float = 0.9
+    image_pool: str = "spatial_softmax"
+    image_feature_dim: int = 64
+    mask_padding: bool = True
+    seed: int = 0
+    ema_decay: float = 0.9999
+    ema_min_decay: float = 0.0
+    ema_use_warmup: bool = True
+    ema_inv_gamma: float = 1.0
+    ema_power: float = 0.75
+    ema_update_after_step: int = 0
+
+    def __post_init__(self) -> None:
+        self.obs_keys, self.image_keys = list(self.obs_keys), list(self.image_keys)
+        check_range("n_obs_steps", self.n_obs_steps, 1)
+        check_range("horizon", self.horizon, self.n_obs_steps)
+        check_range("n_action_steps", self.n_action_steps, 1, self.horizon - self.n_obs_steps + 1)
+        overlap = set(self.obs_keys) & set(self.image_keys)
+        if overlap:
+            raise ValueError(f"obs_keys and image_keys must be disjoint; both contain {sorted(overlap)}")
+        check_choice("action_norm", self.action_norm, ["min_max", "mean_std"])
+        check_choice("obs_norm", self.obs_norm, ["min_max", "mean_std"])
+        check_range("obs_feature_dim", self.obs_feature_dim, 1)
+        check_choice("low_dim_mode", self.low_dim_mode, ["flatten", "per_step"])
+        if not 0.0 < self.image_crop_ratio <= 1.0:
+            raise ValueError(f"image_crop_ratio must be in (0, 1]; got {self.image_crop_ratio}")
+        check_choice("image_pool", self.image_pool, ["spatial_softmax", "avg"])
+        check_range("image_feature_dim", self.image_feature_dim, 1)
+        check_range("ema_decay", self.ema_decay, 0.0, 1.0)
+        check_range("ema_min_decay", self.ema_min_decay, 0.0, self.ema_decay)
+        check_range("ema_power", self.ema_power, 0.0)
+        check_range("ema_inv_gamma", self.ema_inv_gamma, 0.0)
+        check_range("ema_update_after_step", self.ema_update_after_step, 0)
+
+
+@dataclass
+class UNetPolicyConfig(PolicyConfig):
+    """:class:`PolicyConfig` plus the temporal U-Net backbone (diffusion and flow).
+
+    Attributes:
+        down_dims: channels per U-Net level; ``horizon`` must be divisible by
+            ``2 ** (len(down_dims) - 1)``. The default ``(32, 64, 128)`` (1.9M parameters with
+            Lift's layout) is sized for CPU training (>= 1,000 samples/s at batch 256 on 2 cores,
+            see ``docs/policies.md``); ``(128, 256, 512)`` is 18.7M and ``(256, 512, 1024)`` (the
+            Diffusion Policy reference, ~65M) wants a GPU.
+        kernel_size: temporal kernel size (odd).
+        n_groups: GroupNorm groups; must divide every entry of ``down_dims``.
+        diffusion_step_embed_dim: size of the time embedding (diffusion step or flow time); even.
+    """
+
+    down_dims: tuple[int, ...] = (32, 64, 128)
+    kernel_size: int = 5
+    n_groups: int = 8
+    diffusion_step_embed_dim: int = 128
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.down_dims = tuple(int(d) for d in self.down_dims)
+        if not self.down_dims or min(self.down_dims) < 1:
+            raise ValueError(
+                f"down_dims must be a non-empty list of positive ints; got {list(self.down_dims)}"
+            )
+        factor = 2 ** (len(self.down_dims) - 1)
+        if self.horizon % factor:
+            raise ValueError(
+                f"horizon must be divisible by 2 ** (len(down_dims) - 1) = {factor}; got {self.horizon}"
+            )
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be a positive odd int; got {self.kernel_size}")
+        bad = [d for d in self.down_dims if d % self.n_groups]
+        if self.n_groups < 1 or bad:
+            raise ValueError(
+                f"n_groups must divide every entry of down_dims {list(self.down_dims)}; got {self.n_groups}"
+            )
+        if self.diffusion_step_embed_dim < 2 or self.diffusion_step_embed_dim % 2:
+            raise ValueError(
+                f"diffusion_step_embed_dim must be an even int >= 2; got {self.diffusion_step_embed_dim}"
+            )

@@ -1,0 +1,65 @@
+"""Configuration of :class:`~rewind.policies.diffusion.modeling_diffusion.DiffusionPolicy`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rewind.policies.configuration_base import UNetPolicyConfig, check_choice, check_range
+
+
+@dataclass
+class DiffusionConfig(UNetPolicyConfig):
+    """Diffusion Policy (temporal U-Net, DDPM training, DDIM or DDPM sampling).
+
+    Inherits chunk timing, encoders, normalization and EMA fields from
+    :class:`~rewind.policies.configuration_base.PolicyConfig` and the U-Net fields
+    (``down_dims``, ``kernel_size``, ``n_groups``, ``diffusion_step_embed_dim``) from
+    :class:`~rewind.policies.configuration_base.UNetPolicyConfig`.
+
+    Attributes:
+        num_train_timesteps: diffusion steps of the training noise schedule.
+        num_inference_steps: denoising steps when sampling. ``None`` (default) means 10 for DDIM
+            and ``num_train_timesteps`` for DDPM; DDPM always uses every training step, so an
+            explicit value for DDPM must equal ``num_train_timesteps``.
+        scheduler: ``ddim`` (fast, deterministic given the initial noise) or ``ddpm``.
+        prediction_type: ``epsilon`` (predict the noise) or ``sample`` (predict the clean chunk).
+        beta_schedule: a diffusers beta schedule name (``squaredcos_cap_v2`` = cosine).
+        beta_start: first beta of ``linear``/``scaled_linear`` schedules.
+        beta_end: last beta of ``linear``/``scaled_linear`` schedules.
+        clip_sample: clip the predicted clean chunk to ``[-1, 1]`` at each step.
+        guidance_last_k: default number of final denoising steps a guidance hook acts on.
+    """
+
+    num_train_timesteps: int = 100
+    num_inference_steps: int | None = None
+    scheduler: str = "ddim"
+    prediction_type: str = "epsilon"
+    beta_schedule: str = "squaredcos_cap_v2"
+    beta_start: float = 0.0001
+    beta_end: float = 0.02
+    clip_sample: bool = True
+    guidance_last_k: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("num_train_timesteps", self.num_train_timesteps, 2)
+        check_choice("scheduler", self.scheduler, ["ddim", "ddpm"])
+        check_choice("prediction_type", self.prediction_type, ["epsilon", "sample"])
+        check_choice("beta_schedule", self.beta_schedule, ["squaredcos_cap_v2", "linear", "scaled_linear"])
+        if self.num_inference_steps is not None:
+            check_range("num_inference_steps", self.num_inference_steps, 1, self.num_train_timesteps)
+            if self.scheduler == "ddpm" and self.num_inference_steps != self.num_train_timesteps:
+                raise ValueError(
+                    f"num_inference_steps must be None or num_train_timesteps={self.num_train_timesteps} "
+                    f"with scheduler ddpm (DDPM samples with every step); got {self.num_inference_steps}"
+                )
+        check_range("guidance_last_k", self.guidance_last_k, 0)
+        if self.clip_sample and self.action_norm != "min_max":
+            raise ValueError("clip_sample must be false unless action_norm is min_max (it clips to [-1, 1])")
+
+    @property
+    def inference_steps(self) -> int:
+        """Denoising steps actually used when sampling (see ``num_inference_steps``)."""
+        if self.scheduler == "ddpm":
+            return self.num_train_timesteps
+        return 10 if self.num_inference_steps is None else self.num_inference_steps

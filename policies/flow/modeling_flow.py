@@ -1,0 +1,116 @@
+"""Flow-matching policy (rectified flow) on the Diffusion Policy U-Net.
+
+Path from noise ``x0 ~ N(0, I)`` (``t = 0``) to the normalized action chunk ``x1`` (``t = 1``):
+``x_t = (1 - t) x0 + t x1``. The U-Net, conditioned on ``[time embedding, encoder features]``,
+regresses the constant velocity ``v = x1 - x0``; the loss is the masked, per-sample weighted MSE of
+:func:`~rewind.policies.common.masked_weighted_mse`. Sampling integrates ``dx/dt = v`` with
+``num_inference_steps`` Euler steps from seeded noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rewind.policies.base import Obs
+from rewind.policies.common import ObsConditionedPolicy, masked_weighted_mse
+from rewind.policies.diffusion.unet import ConditionalUnet1D
+from rewind.policies.flow.configuration_flow import FlowConfig
+from rewind.policies.guidance import GuidanceFn
+
+
+class FlowPolicy(ObsConditionedPolicy):
+    """Rectified-flow policy over action chunks (see the module docstring).
+
+    Args:
+        config: :class:`FlowConfig`.
+        shape_meta: observation/action layout (:mod:`rewind.policies.shape_meta`).
+
+    Attributes:
+        unet: :class:`ConditionalUnet1D` ``(x_t [B, H, Da], t [B] in [0, 1], cond [B, F]) -> v``.
+        guidance: optional default guidance hook (see :mod:`rewind.policies.guidance`).
+    """
+
+    name = "flow"
+    config: FlowConfig
+
+    def __init__(self, config: FlowConfig, shape_meta: Mapping[str, Any]) -> None:
+        super().__init__(config, shape_meta)
+        self.unet = ConditionalUnet1D(
+            self.action_dim,
+            self.feature_dim,
+            config.down_dims,
+            config.kernel_size,
+            config.n_groups,
+            config.diffusion_step_embed_dim,
+            time_scale=config.time_scale,
+        )
+        self.guidance: GuidanceFn | None = None
+
+    def sample_time(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Training times ``[n]`` in [0, 1] on the generator's device (``config.time_sampling``)."""
+        dev = generator.device
+        if self.config.time_sampling == "uniform":
+            return torch.rand((n,), generator=generator, device=dev)
+        z = torch.randn((n,), generator=generator, device=dev)
+        return torch.sigmoid(self.config.time_mean + self.config.time_std * z)
+
+    def compute_loss(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> torch.Tensor:
+        """Scalar velocity-regression loss of a window batch (env units; see :meth:`split_batch`).
+
+        ``generator`` draws the noise, times and crops; default: the policy's own seeded one.
+        """
+        obs, x1, mask, weight = self.split_batch(batch)
+        gen = generator if generator is not None else self.training_generator(self.device)
+        cond = self.encode_obs(obs, gen)
+        x0 = torch.randn(x1.shape, generator=gen, device=gen.device).to(x1.device)
+        t = self.sample_time(x1.shape[0], gen).to(x1.device)
+        x_t = (1 - t)[:, None, None] * x0 + t[:, None, None] * x1
+        pred = self.unet(x_t, t, cond)
+        return masked_weighted_mse(pred, x1 - x0, mask, weight)
+
+    @torch.no_grad()
+    def predict_chunk(
+        self,
+        obs: Obs,
+        num_samples: int = 1,
+        generator: torch.Generator | None = None,
+        guidance: GuidanceFn | None = None,
+    ) -> torch.Tensor:
+        """``[B, S, H, Da]`` chunks (env units); ``guidance`` defaults to :attr:`guidance`."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1; got {num_samples}")
+        return self._sample_chunk(obs, num_samples, generator, guidance or self.guidance)
+
+    def _sample_chunk(
+        self,
+        obs: Obs,
+        num_samples: int,
+        generator: torch.Generator | None,
+        guidance: GuidanceFn | None = None,
+        guidance_last_k: int | None = None,
+    ) -> torch.Tensor:
+        """Encode once, repeat the features ``S`` times, integrate ``[B * S, H, Da]``, unnormalize."""
+        cond = self.repeat_features(self.encode(obs), num_samples)
+        last_k = self.config.guidance_last_k if guidance_last_k is None else guidance_last_k
+        x = self._integrate(cond, generator, guidance, last_k)
+        chunks = self.normalizer.unnormalize("action", x)
+        return chunks.reshape(-1, num_samples, self.horizon, self.action_dim)
+
+    def _integrate(
+        self, cond: torch.Tensor, generator: torch.Generator | None, guidance: GuidanceFn | None, last_k: int
+    ) -> torch.Tensor:
+        """Euler integration from seeded noise: ``cond`` ``[N, F]`` -> normalized chunks ``[N, H, Da]``."""
+        n_steps = self.config.num_inference_steps
+        x = self.initial_noise(cond.shape[0], generator)
+        dt = 1.0 / n_steps
+        for i in range(n_steps):
+            t = i * dt
+            v = self.unet(x, torch.full((x.shape[0],), t, device=x.device), cond)
+            if guidance is not None and i >= n_steps - last_k:
+                x1 = guidance(x + (1.0 - t) * v, t)
+                v = (x1 - x) / (1.0 - t)
+            x = x + dt * v
+        return x.clamp(-1.0, 1.0) if self.config.clip_sample else x

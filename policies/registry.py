@@ -1,0 +1,114 @@
+"""Policy registry: name -> (config dataclass, policy class), and :func:`make_policy`.
+
+Built in: ``"diffusion"`` and ``"flow"``. ACT registers itself as ``"act"`` from
+``policies/act/__init__.py``::
+
+    from rewind.policies.registry import register_policy
+    register_policy("act", ACTConfig, ACTPolicy)
+
+That package is imported lazily (on the first lookup) and only if it exists, so everything here
+works before it is written. A policy class is constructed as ``policy_cls(config, shape_meta)`` and
+must expose ``config`` and ``shape_meta`` attributes (see :mod:`rewind.policies.common`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from rewind.policies.base import ActionChunkPolicy
+from rewind.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from rewind.policies.flow import FlowConfig, FlowPolicy
+from rewind.policies.shape_meta import normalize_shape_meta, shape_meta_from_spec
+
+__all__ = [
+    "POLICIES",
+    "get_policy_classes",
+    "make_config",
+    "make_policy",
+    "policy_name_of",
+    "register_policy",
+    "shape_meta_from_spec",
+]
+
+POLICIES: dict[str, tuple[type, type[ActionChunkPolicy]]] = {
+    "diffusion": (DiffusionConfig, DiffusionPolicy),
+    "flow": (FlowConfig, FlowPolicy),
+    # "act": registered by rewind.policies.act (imported lazily by _load_optional below).
+}
+
+#: Optional policy packages imported on first lookup; each calls :func:`register_policy`.
+_OPTIONAL_PACKAGES = ("rewind.policies.act",)
+_optional_loaded = False
+
+
+def register_policy(name: str, config_cls: type, policy_cls: type[ActionChunkPolicy]) -> None:
+    """Register ``policy_cls`` (built as ``policy_cls(config, shape_meta)``) under ``name``.
+
+    Re-registering the same classes is a no-op; another pair under a taken name raises.
+    """
+    if not dataclasses.is_dataclass(config_cls):
+        raise TypeError(f"register_policy({name!r}): config_cls must be a dataclass; got {config_cls!r}")
+    if not (isinstance(policy_cls, type) and issubclass(policy_cls, ActionChunkPolicy)):
+        raise TypeError(f"register_policy({name!r}): policy_cls must subclass ActionChunkPolicy")
+    old = POLICIES.get(name)
+    if old is not None and old != (config_cls, policy_cls):
+        raise ValueError(f"policy name {name!r} is already registered to {old[1].__name__}")
+    POLICIES[name] = (config_cls, policy_cls)
+
+
+def _load_optional() -> None:
+    """Import optional policy packages that exist (errors inside an existing package propagate)."""
+    global _optional_loaded
+    if _optional_loaded:
+        return
+    _optional_loaded = True
+    for module in _OPTIONAL_PACKAGES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def get_policy_classes(name: str) -> tuple[type, type[ActionChunkPolicy]]:
+    """``(config_cls, policy_cls)`` of ``name``; an unknown name lists the registered ones."""
+    _load_optional()
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; valid: {sorted(POLICIES)}")
+    return POLICIES[name]
+
+
+def policy_name_of(policy: ActionChunkPolicy) -> str:
+    """Registered name of ``policy``'s class."""
+    _load_optional()
+    for name, (_, cls) in POLICIES.items():
+        if type(policy) is cls:
+            return name
+    raise KeyError(f"{type(policy).__name__} is not registered; registered: {sorted(POLICIES)}")
+
+
+def make_config(name: str, config: Mapping[str, Any] | Any | None = None) -> Any:
+    """The config dataclass of ``name`` from a dict of fields (unknown fields are listed) or an
+    instance (returned as is); ``None`` gives the defaults."""
+    config_cls, _ = get_policy_classes(name)
+    if config is None:
+        return config_cls()
+    if isinstance(config, config_cls):
+        return config
+    if dataclasses.is_dataclass(config):
+        raise TypeError(f"policy {name!r} needs a {config_cls.__name__}; got {type(config).__name__}")
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(config) - fields)
+    if unknown:
+        raise ValueError(f"unknown {config_cls.__name__} fields {unknown}; valid: {sorted(fields)}")
+    return config_cls(**dict(config))
+
+
+def make_policy(
+    name: str, config: Mapping[str, Any] | Any | None, shape_meta: Mapping[str, Any]
+) -> ActionChunkPolicy:
+    """Build the registered policy ``name`` for ``shape_meta`` (see :mod:`rewind.policies.shape_meta`;
+    :func:`shape_meta_from_spec` converts a store's spec). The normalizer is unfitted."""
+    _, policy_cls = get_policy_classes(name)
+    return policy_cls(make_config(name, config), normalize_shape_meta(shape_meta))
