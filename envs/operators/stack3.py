@@ -25,8 +25,8 @@ from rewind.envs.tasks.stack3 import BLUE, CUBE_HALF, CUBES, GREEN, RED, Stack3E
 
 #: How far the fingertips reach below the gripper origin (m).
 FINGER_DROP = 0.014
-#: Clearance (m) kept above every cube during transits.
-CLEAR_MARGIN = 0.03
+#: Clearance (m) kept above every cube during transits, and the highest transit level (m).
+CLEAR_MARGIN, MAX_CLEAR_Z = 0.03, 0.22
 #: Finger opening while approaching a cube (m): the cube plus 15 mm either side.
 PREGRASP_OPEN = 2 * CUBE_HALF + 0.03
 #: Gripper origin above the cube centre at the grasp (m).
@@ -149,7 +149,8 @@ class Stack3Operator(Operator):
     def clear_z(self, env: Stack3Env, exclude: tuple[str, ...] = ()) -> float:
         """Height (m) the lowest point of the gripper and its load must stay above during transits."""
         tops = [env.object_pos(n)[2] + CUBE_HALF for n in CUBES if n not in exclude]
-        return max([0.0, *tops]) + CLEAR_MARGIN + self.dz
+        # Capped: a cube stuck to the gripper rises with it and must not make it climb for ever.
+        return min(max([0.0, *tops]) + CLEAR_MARGIN + self.dz, MAX_CLEAR_Z)
 
     # ------------------------------------------------------------------ primitives
     def pick(self, env: Stack3Env, name: str) -> np.ndarray:
@@ -161,8 +162,13 @@ class Stack3Operator(Operator):
         xy_err = float(np.hypot(*(obj[:2] - grip[:2])))
         yaw_err = abs(wrap_angle(yaw - env.gripper_yaw()))
         grasp_z = obj[2] + GRASP_DZ
-        open_cmd = finger_cmd(PREGRASP_OPEN)
         opening = env.gripper_opening()
+        # Pads pushed wider than the approach opening are wedged on something (two cubes side by
+        # side, say): open all the way to let go.
+        wedged = opening > PREGRASP_OPEN + 0.005 and any(
+            not on_table(p) and np.linalg.norm(p - grip) < 0.06 for p in map(env.object_pos, CUBES)
+        )
+        open_cmd = 1.0 if wedged else finger_cmd(PREGRASP_OPEN)
         if xy_err > 2 * ALIGN_XY:
             hover = self.clear_z(env) + FINGER_DROP
             if grip[2] < hover - 0.015:
@@ -218,6 +224,9 @@ class Stack3Operator(Operator):
         if xy_err > PLACE_XY or abs(d_yaw) > PLACE_YAW:
             return self.move_to(env, [tgt_xy[0], tgt_xy[1], max(grip[2], above_seat)], yaw, -1.0)
         gap = h[2] - seat_z
-        if gap > RELEASE_GAP:
+        # Also let go once the fingertips reach the top of what is below, so a cube held high in the
+        # pads is dropped the last few mm rather than the pads closing around the cube underneath.
+        tips_down = grip[2] - FINGER_DROP < seat_z - CUBE_HALF + 0.002
+        if gap > RELEASE_GAP and not tips_down:
             return self.move_to(env, [tgt_xy[0], tgt_xy[1], grip[2] - gap + 0.002], yaw, -1.0)
         return self.move_to(env, grip, gyaw, 1.0)
