@@ -1,0 +1,95 @@
+"""Schema of ``rewind-eval`` (``configs/eval.yaml``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from rewind.config import CommandConfig, ConfigError, require
+from rewind.envs.config import EnvConfig
+from rewind.envs.wrappers import PerturbationConfig
+from rewind.train.config import DEVICES, WandbConfig
+
+
+@dataclass
+class VideoConfig:
+    """Episode videos (MP4 under ``<out_dir>/videos``, the stage name drawn on each frame).
+
+    Attributes:
+        episodes: record the first this many episodes (0: no videos).
+        fps: frames per second of the MP4 (the control rate is 20 Hz).
+    """
+
+    episodes: int = 0
+    fps: int = 20
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 0, f"video.episodes must be >= 0; got {self.episodes}")
+        require(1 <= self.fps <= 120, f"video.fps must be in [1, 120]; got {self.fps}")
+
+
+@dataclass
+class EvalConfig(CommandConfig):
+    """Schema of ``rewind-eval``.
+
+    Attributes:
+        policy_path: policy weights: a ``weights/step_XXXXXX`` folder, a ``weights`` folder or a
+            training run folder (the latter two follow ``last.json`` to the newest weights).
+        env: the task (Hydra group ``env=lift|pick_place|stack3|nut_peg``); its observation and
+            action layout must match the one the weights were trained on.
+        episodes: number of evaluation episodes; episode ``i`` resets with seed ``seed + i``.
+        seed: seed of the first episode (and of the policy's sampling noise).
+        num_envs: envs stepped in lockstep with one batched policy call per step.
+        device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
+        num_threads: torch intra-op threads (0: torch's default).
+        perturb: perturbation profile (Hydra group ``perturb=none|nudge|slip|push``; fields of
+            ``rewind.envs.wrappers.PerturbationConfig``, all off by default).
+        video: episode videos.
+        store_out: also write every rollout into this replay store (steps labelled ``policy``).
+        round: the ``round`` recorded with rollouts written to ``store_out``.
+        wandb: W&B logging of the results (``metrics.jsonl`` is always written).
+        progress: show a progress bar.
+    """
+
+    policy_path: str = MISSING
+    env: EnvConfig = field(default_factory=EnvConfig)
+    episodes: int = 50
+    seed: int = 0
+    num_envs: int = 10
+    device: str = "auto"
+    num_threads: int = 0
+    perturb: dict[str, Any] = field(default_factory=dict)
+    video: VideoConfig = field(default_factory=VideoConfig)
+    store_out: str | None = None
+    round: int = 0
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
+        require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
+        require(self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}")
+        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
+        require(self.round >= 0, f"round must be >= 0; got {self.round}")
+        perturbation_config(self.perturb)
+
+
+def perturbation_config(profile: dict[str, Any]) -> PerturbationConfig:
+    """The wrappers' :class:`PerturbationConfig` from the ``perturb`` node (checked: unknown keys, ranges).
+
+    Raises:
+        ConfigError: an unknown key or an invalid value, naming it.
+    """
+    known = {f.name: f for f in dataclasses.fields(PerturbationConfig)}
+    unknown = sorted(set(profile) - set(known))
+    if unknown:
+        raise ConfigError(f"perturb.{unknown[0]}: unknown key; valid keys: {', '.join(known)}")
+    values = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in profile.items()}
+    try:
+        return PerturbationConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"perturb: {exc}") from exc

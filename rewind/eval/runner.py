@@ -1,0 +1,142 @@
+"""``rewind-eval``: roll a trained policy out in lockstep batches and report success with confidence."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rewind.collect import store_spec_for
+from rewind.envs.config import build_env
+from rewind.envs.wrappers import apply_perturbations
+from rewind.eval.config import EvalConfig, perturbation_config
+from rewind.eval.recorders import StoreRecorder, VideoRecorder
+from rewind.eval.rollout import EpisodeRecord, RolloutObserver, run_batch
+from rewind.eval.stats import stage_histogram, wilson_interval
+from rewind.metrics import MetricsLogger
+from rewind.store import ReplayStore
+from rewind.train import policy_api
+from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
+from rewind.train.trainer import resolve_device
+from rewind.utils.seeding import torch_generator
+
+log = logging.getLogger(__name__)
+
+
+def resolve_weights(path: str) -> Path:
+    """A policy weights folder from ``path``: the folder itself, or the newest save of a ``weights``
+    folder or of a training run folder (``last.json``)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(2, "policy_path does not exist", str(p))
+    for folder in (p, p / WEIGHTS_DIR):
+        step = read_pointer(folder) if folder.is_dir() else None
+        if step is not None:
+            return folder / step_name(step)
+    return p
+
+
+def _observers(cfg: EvalConfig, out_dir: Path, store: ReplayStore | None, version: str) -> list[Any]:
+    observers: list[RolloutObserver] = []
+    if cfg.video.episodes:
+        seeds = set(range(cfg.seed, cfg.seed + cfg.video.episodes))
+        observers.append(VideoRecorder(out_dir / "videos", seeds, cfg.video.fps))
+    if store is not None:
+        observers.append(StoreRecorder(store, version, cfg.round))
+    return observers
+
+
+def evaluate(cfg: EvalConfig) -> dict[str, Any]:
+    """Run ``cfg.episodes`` episodes in batches of ``cfg.num_envs`` and return the summary."""
+    out_dir = Path(cfg.out_dir)
+    device = resolve_device(cfg.device)
+    folder = resolve_weights(cfg.policy_path)
+    profile = perturbation_config(cfg.perturb)
+    envs = [apply_perturbations(build_env(cfg.env), profile) for _ in range(min(cfg.num_envs, cfg.episodes))]
+    spec = store_spec_for(envs[0])
+    policy, _ = policy_api.load_weights(folder, device, spec, cfg.env.name)
+    version = policy_api.weights_version(folder)
+    log.info(
+        "evaluating %s (%s) on %s: %d episodes, %d envs",
+        folder,
+        version,
+        cfg.env.name,
+        cfg.episodes,
+        len(envs),
+    )
+    start = time.perf_counter()
+    store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
+    records: list[EpisodeRecord] = []
+    with store_cm as store:
+        observers = _observers(cfg, out_dir, store, version)
+        bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name}", disable=not cfg.progress)
+        for first in range(0, cfg.episodes, len(envs)):
+            seeds = list(range(cfg.seed + first, cfg.seed + min(first + len(envs), cfg.episodes)))
+            gen = torch_generator(int(np.random.SeedSequence([cfg.seed, first]).generate_state(1)[0]), device)
+            records += run_batch(envs, policy, seeds, gen, device, observers)
+            bar.update(len(seeds))
+            bar.set_postfix(success=f"{np.mean([r.success for r in records]):.2f}")
+        bar.close()
+    for env in envs:
+        env.close()
+    summary = summarize(records, envs[0].unwrapped.stage_names)
+    summary.update(
+        env=cfg.env.name, policy_path=str(folder), policy_version=version, seed=cfg.seed,
+        num_envs=len(envs), perturb=asdict(profile), store_out=cfg.store_out, device=str(device),
+        videos=[r.video for r in records if r.video], wall_time_s=round(time.perf_counter() - start, 3),
+    )  # fmt: skip
+    _log_results(cfg, summary)
+    return summary
+
+
+def summarize(records: list[EpisodeRecord], stage_names: tuple[str, ...]) -> dict[str, Any]:
+    """Success rate with its 95% Wilson interval, stage histogram and the per-episode records."""
+    n = len(records)
+    k = sum(r.success for r in records)
+    lo, hi = wilson_interval(k, n)
+    return {
+        "episodes": n,
+        "successes": k,
+        "success_rate": k / n if n else 0.0,
+        "success_ci95": [lo, hi],
+        "stage_names": list(stage_names),
+        "max_stage_histogram": stage_histogram([r.max_stage for r in records], stage_names),
+        "mean_length": float(np.mean([r.length for r in records])) if n else 0.0,
+        "sim_errors": sum(r.sim_error is not None for r in records),
+        "records": [asdict(r) for r in records],
+    }
+
+
+def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
+    """Send the results through :mod:`rewind.metrics` (scalars, the episode table, the videos)."""
+    with MetricsLogger(
+        cfg.out_dir, project=cfg.wandb.project, mode=cfg.wandb.mode, config=asdict(cfg), group=cfg.wandb.group
+    ) as metrics:
+        lo, hi = summary["success_ci95"]
+        scalars = {"eval/success_rate": summary["success_rate"], "eval/success_ci95_low": lo}
+        scalars.update({"eval/success_ci95_high": hi, "eval/mean_length": summary["mean_length"]})
+        scalars.update({f"eval/max_stage/{k}": v for k, v in summary["max_stage_histogram"].items()})
+        metrics.log(scalars, step=0)
+        metrics.log_table("eval/episodes", [{k: v for k, v in r.items()} for r in summary["records"]], step=0)
+        for path in summary["videos"]:
+            metrics.log_video(f"eval/video/{Path(path).stem}", path, step=0)
+        metrics.summary({k: v for k, v in scalars.items()})
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    """Entry point of ``rewind-eval``: :func:`evaluate` with the torch thread setting applied."""
+    threads = torch.get_num_threads()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    try:
+        with torch.no_grad():
+            return evaluate(cfg)
+    finally:
+        torch.set_num_threads(threads)

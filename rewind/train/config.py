@@ -1,0 +1,191 @@
+"""Schema of ``rewind-train`` (``configs/train.yaml``): data, policy, optimisation, logging, resume.
+
+The ``policy`` node is a plain mapping in the schema (Hydra group ``policy=diffusion|flow|act``,
+``configs/policy/*.yaml``) because its fields depend on ``policy.name``. :class:`TrainConfig` validates
+it at start by converting it with the registry's config class (:func:`policy_config`), so a
+misspelled policy key fails before anything runs, with a message naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from rewind.config import CommandConfig, ConfigError, require, to_dataclass
+from rewind.envs.config import EnvConfig
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+WANDB_MODES = ("offline", "online", "disabled")
+WEIGHT_MODES = ("loss", "sample")
+
+
+@dataclass
+class DataConfig:
+    """Where the training windows come from.
+
+    Attributes:
+        path: the replay store to train on (``rewind-collect ... out=PATH``).
+        val_fraction: fraction of episodes held out for the validation loss (at least one episode
+            when > 0 and the store has two or more); 0 disables validation.
+        source_weights: per-step source label -> weight (e.g. ``{recovery: 2.0, pre_intervention: 0}``);
+            labels not listed weigh 1.
+        weight_mode: ``loss`` (uniform windows, weighted loss) or ``sample`` (weighted sampling).
+        val_batches: batches averaged for one validation loss.
+    """
+
+    path: str = MISSING
+    val_fraction: float = 0.1
+    source_weights: dict[str, float] = field(default_factory=dict)
+    weight_mode: str = "loss"
+    val_batches: int = 4
+
+    def __post_init__(self) -> None:
+        require(
+            0.0 <= self.val_fraction < 1.0, f"data.val_fraction must be in [0, 1); got {self.val_fraction}"
+        )
+        require(
+            self.weight_mode in WEIGHT_MODES,
+            f"data.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
+        )
+        require(self.val_batches >= 1, f"data.val_batches must be >= 1; got {self.val_batches}")
+
+
+@dataclass
+class OptimConfig:
+    """The optimisation loop (the ``train`` node).
+
+    Attributes:
+        steps: total gradient steps of the run (a resumed run continues up to this number).
+        batch_size: windows per gradient step.
+        lr: peak AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear warm-up steps before the schedule.
+        lr_schedule: a ``diffusers.optimization.get_scheduler`` name (cosine, linear, constant, ...).
+        ema: keep an exponential moving average of the weights; the saved policy weights are the EMA
+            (its decay schedule comes from the policy config's ``ema_*`` fields).
+        grad_clip: clip the global gradient norm to this value (0: off).
+        save_every: save policy weights + training state every this many steps (and at the end).
+        val_every: compute the validation loss every this many steps (0: only at the end).
+        log_every: log training metrics every this many steps.
+    """
+
+    steps: int = 1000
+    batch_size: int = 256
+    lr: float = 1e-4
+    weight_decay: float = 1e-6
+    warmup_steps: int = 500
+    lr_schedule: str = "cosine"
+    ema: bool = True
+    grad_clip: float = 1.0
+    save_every: int = 1000
+    val_every: int = 500
+    log_every: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "save_every", "log_every"):
+            require(getattr(self, name) >= 1, f"train.{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("warmup_steps", "val_every"):
+            require(getattr(self, name) >= 0, f"train.{name} must be >= 0; got {getattr(self, name)}")
+        require(self.lr > 0, f"train.lr must be > 0; got {self.lr}")
+        require(self.weight_decay >= 0, f"train.weight_decay must be >= 0; got {self.weight_decay}")
+        require(self.grad_clip >= 0, f"train.grad_clip must be >= 0; got {self.grad_clip}")
+        valid = ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
+        require(
+            self.lr_schedule in valid,
+            f"train.lr_schedule must be one of [{', '.join(valid)}]; got '{self.lr_schedule}'",
+        )
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (through :class:`rewind.metrics.MetricsLogger`; ``metrics.jsonl`` is always kept).
+
+    Attributes:
+        mode: ``offline`` (default: a run folder under ``out_dir/wandb``, upload with ``wandb sync``),
+            ``online`` or ``disabled``.
+        project: W&B project.
+        group: W&B group (e.g. one per fine-tuning loop).
+    """
+
+    mode: str = "offline"
+    project: str = "rewind"
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        require(
+            self.mode in WANDB_MODES,
+            f"wandb.mode must be one of [{', '.join(WANDB_MODES)}]; got '{self.mode}'",
+        )
+
+
+@dataclass
+class TrainConfig(CommandConfig):
+    """Schema of ``rewind-train``.
+
+    Attributes:
+        env: the task the data comes from (names the run; checked against the store's env id).
+        data: the replay store and how windows are drawn from it.
+        policy: policy hyper-parameters; ``policy.name`` picks the registry entry (diffusion, flow,
+            act), the other keys are fields of that policy's config dataclass.
+        train: the optimisation loop.
+        device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
+        bf16: bfloat16 autocast for forward/loss on CUDA (ignored elsewhere).
+        compile: wrap the policy's ``compute_loss`` with ``torch.compile``.
+        seed: seeds every generator of the run (window sampler, noise, dropout, initialisation).
+        num_threads: torch intra-op threads (0: torch's default).
+        wandb: W&B logging.
+        resume: continue the run in ``out_dir`` from its last saved training state (fresh if none).
+        progress: show a progress bar.
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    policy: dict[str, Any] = field(default_factory=dict)
+    train: OptimConfig = field(default_factory=OptimConfig)
+    device: str = "auto"
+    bf16: bool = True
+    compile: bool = False
+    seed: int = 0
+    num_threads: int = 0
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
+        require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
+        policy_config(self.policy)
+
+    @property
+    def policy_name(self) -> str:
+        """``policy.name``."""
+        return str(self.policy["name"])
+
+
+def policy_config(policy: dict[str, Any]) -> Any:
+    """Build the registry's config dataclass from the ``policy`` node (``name`` + its fields).
+
+    Raises:
+        ConfigError: no ``name``, an unknown policy, an unknown key or an invalid value.
+    """
+    from rewind.train.policy_api import policy_config_class
+
+    fields = dict(policy)
+    name = fields.pop("name", None)
+    require(name is not None, "policy.name is missing (choose a group: policy=diffusion|flow|act)")
+    cls = policy_config_class(str(name))
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(
+            f"policy.{unknown[0]}: not a field of {cls.__name__} (policy '{name}'); "
+            f"valid keys: {', '.join(sorted(known))}"
+        )
+    try:
+        return to_dataclass(fields, cls)
+    except ConfigError as exc:
+        raise ConfigError(f"policy ({name}): {exc}") from exc

@@ -1,0 +1,122 @@
+"""The training and evaluation side of the policy API, in one place.
+
+Everything ``rewind.train`` and ``rewind.eval`` need from ``rewind.policies`` (registry, weights I/O,
+normalizer fitting, EMA, the loss with an explicit generator) goes through these functions, so a change
+in the policies package touches this module only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from rewind.config import ConfigError
+from rewind.policies.base import ActionChunkPolicy
+from rewind.store import StoreSpec
+from rewind.store.windows import ReplayBuffer
+
+LossFn = Callable[[dict[str, Any], torch.Generator], torch.Tensor]
+
+
+def policy_config_class(name: str) -> type:
+    """The config dataclass of policy ``name``; an unknown name lists the valid ones."""
+    from rewind.policies.registry import get_policy_classes
+
+    try:
+        return get_policy_classes(name)[0]
+    except KeyError as exc:
+        raise ConfigError(f"policy.name: {exc.args[0]}") from exc
+
+
+def build_policy(name: str, config: Any, spec: StoreSpec) -> ActionChunkPolicy:
+    """A freshly initialised policy (unfitted normalizer) for the layout of ``spec``."""
+    from rewind.policies.registry import make_policy, shape_meta_from_spec
+
+    return make_policy(name, config, shape_meta_from_spec(spec))
+
+
+def fit_normalizer(policy: ActionChunkPolicy, buffer: ReplayBuffer) -> None:
+    """Fit the policy's normalizer to the training episodes (``action`` and ``obs/<key>`` arrays)."""
+    policy.fit_normalizer(buffer.data)
+
+
+def loss_function(policy: ActionChunkPolicy, compile: bool = False) -> LossFn:
+    """``loss(batch, generator)``; the generator is passed when ``compute_loss`` accepts one."""
+    fn = torch.compile(policy.compute_loss) if compile else policy.compute_loss
+    if "generator" in inspect.signature(policy.compute_loss).parameters:
+        return lambda batch, gen: fn(batch, generator=gen)
+    return lambda batch, gen: fn(batch)
+
+
+#: EMA settings for policies whose config has no ``ema_*`` fields (ACT): Diffusion Policy's warm-up.
+EMA_DEFAULTS = {
+    "ema_decay": 0.9999,
+    "ema_min_decay": 0.0,
+    "ema_use_warmup": True,
+    "ema_inv_gamma": 1.0,
+    "ema_power": 0.75,
+    "ema_update_after_step": 0,
+}
+
+
+def make_ema(policy: ActionChunkPolicy) -> Any:
+    """``rewind.policies.ema.make_ema`` with the policy config's ``ema_*`` fields, falling back to
+    :data:`EMA_DEFAULTS` for those the config lacks."""
+    from rewind.policies.ema import make_ema as _make_ema
+
+    settings = SimpleNamespace(**{k: getattr(policy.config, k, v) for k, v in EMA_DEFAULTS.items()})
+    return _make_ema(policy, settings)
+
+
+def ema_update(ema: Any, policy: ActionChunkPolicy) -> None:
+    """One EMA step after an optimizer step."""
+    ema.step(policy.parameters())
+
+
+def ema_weights(ema: Any, policy: ActionChunkPolicy) -> contextlib.AbstractContextManager[ActionChunkPolicy]:
+    """Context manager that temporarily loads the EMA weights into ``policy``."""
+    from rewind.policies.ema import ema_weights as _ema_weights
+
+    return _ema_weights(ema, policy)
+
+
+def save_weights(policy: ActionChunkPolicy, folder: Path, extra_meta: dict[str, Any]) -> None:
+    """Policy weights (safetensors + JSON config) into ``folder``."""
+    from rewind.policies.io import save_policy_weights
+
+    save_policy_weights(policy, folder, extra_meta=extra_meta)
+
+
+def load_weights(
+    folder: Path, device: torch.device, spec: StoreSpec, env: str
+) -> tuple[ActionChunkPolicy, dict[str, Any]]:
+    """Policy (eval mode) and its ``extra_meta`` from a weights folder, checked against the env's
+    layout ``spec``: a mismatch raises :class:`ConfigError` naming both envs and the keys."""
+    from rewind.policies.io import PolicyWeightsError, load_policy_weights, read_policy_meta
+    from rewind.policies.shape_meta import shape_meta_from_spec
+
+    extra = read_policy_meta(folder).get("extra", {})
+    try:
+        policy = load_policy_weights(folder, device=device, expect_shape_meta=shape_meta_from_spec(spec))
+    except PolicyWeightsError as exc:
+        if "another layout" not in str(exc):
+            raise
+        trained = extra.get("env_id", "another env")
+        raise ConfigError(
+            f"policy weights {folder} were trained on {trained} and do not fit env={env} ({spec.env_id}): "
+            + str(exc).split("another layout: ", 1)[-1]
+        ) from exc
+    return policy, {"policy": read_policy_meta(folder)["policy_type"], **extra}
+
+
+def weights_version(folder: Path) -> str:
+    """``<policy>/<first 16 hex of the weights' sha256>``: the ``policy_version`` of rollouts."""
+    from rewind.policies.io import read_policy_meta, weights_hash
+
+    return f"{read_policy_meta(folder)['policy_type']}/{weights_hash(folder)[:16]}"

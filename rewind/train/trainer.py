@@ -1,0 +1,294 @@
+"""The training loop: AdamW + warm-up/cosine schedule + EMA, validation on held-out episodes, metrics
+through :mod:`rewind.metrics`, policy weights and training state every ``save_every`` steps."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers.optimization import get_scheduler
+from tqdm import tqdm
+
+from rewind.config import ConfigError
+from rewind.metrics import MetricsLogger
+from rewind.policies.base import ActionChunkPolicy, count_parameters
+from rewind.train import policy_api
+from rewind.train.config import TrainConfig, policy_config
+from rewind.train.data import TrainData, load_data, to_torch_batch
+from rewind.train.state import (
+    STATE_DIR,
+    WEIGHTS_DIR,
+    TrainingState,
+    atomic_dir,
+    clean_temporaries,
+    load_training_state,
+    save_training_state,
+    step_name,
+    write_pointer,
+)
+from rewind.utils.run_info import git_revision
+from rewind.utils.seeding import torch_generator
+
+log = logging.getLogger(__name__)
+
+#: Config keys that may change when a run is resumed (everything else must match the saved run).
+RESUMABLE_CHANGES = ("out_dir", "resume", "progress", "device", "num_threads", "wandb", "compile")
+RESUMABLE_TRAIN_CHANGES = ("steps", "save_every", "val_every", "log_every")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: cuda if available, then mps, then cpu; otherwise the named device (checked)."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but CUDA is not available (use device=auto or cpu)")
+    return torch.device(name)
+
+
+def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
+    """The part of the config that a resumed run must share with the saved one."""
+    full = dataclasses.asdict(cfg)
+    sig = {k: v for k, v in full.items() if k not in RESUMABLE_CHANGES}
+    sig["train"] = {k: v for k, v in full["train"].items() if k not in RESUMABLE_TRAIN_CHANGES}
+    return sig
+
+
+class Trainer:
+    """One training run in ``cfg.out_dir``. Build it inside a seeded torch RNG scope (see
+    :func:`rewind.train.run_train`): the policy's initialisation and dropout draw from it."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.out_dir = Path(cfg.out_dir)
+        self.device = resolve_device(cfg.device)
+        self.policy_config = policy_config(cfg.policy)
+        n_obs, horizon = self.policy_config.n_obs_steps, self.policy_config.horizon
+        self.data: TrainData = load_data(cfg.data, n_obs, horizon, cfg.seed, cfg.env.gym_id)
+        self.policy: ActionChunkPolicy = policy_api.build_policy(
+            cfg.policy_name, self.policy_config, self.data.spec
+        )
+        policy_api.fit_normalizer(self.policy, self.data.train.buffer)
+        self.policy.to(self.device)
+        t = cfg.train
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.scheduler = get_scheduler(
+            t.lr_schedule, self.optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=t.steps
+        )
+        self.ema = policy_api.make_ema(self.policy) if t.ema else None
+        self.generator = torch_generator(
+            np.random.SeedSequence([cfg.seed, 1]).generate_state(1)[0], self.device
+        )
+        self.loss_fn = policy_api.loss_function(self.policy, compile=cfg.compile)
+        self.step = 0
+        self.metrics: MetricsLogger | None = None
+
+    # ------------------------------------------------------------------ state
+    def training_state(self) -> TrainingState:
+        """Live view of everything that a save must capture."""
+        components: dict[str, Any] = {
+            "model": self.policy,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+        }
+        if self.ema is not None:
+            components["ema"] = self.ema
+        sampler = self.data.train
+
+        def set_numpy_state(state: dict[str, Any]) -> None:
+            sampler.rng.bit_generator.state = state
+
+        return TrainingState(
+            components, {"train": self.generator}, lambda: sampler.rng.bit_generator.state, set_numpy_state
+        )
+
+    def resume(self) -> None:
+        """Continue from the newest complete training state in ``out_dir`` (no-op when there is none)."""
+        clean_temporaries(self.out_dir)
+        payload = load_training_state(self.out_dir, self.training_state())
+        if payload is None:
+            log.info("resume: no training state in %s yet; starting at step 0", self.out_dir)
+            return
+        saved, now = payload["resume_signature"], resume_signature(self.cfg)
+        changed = sorted(k for k in now if saved.get(k) != _jsonable(now[k]))
+        if changed:
+            raise ConfigError(
+                f"resume: config differs from the saved run in {', '.join(changed)} "
+                f"(only {', '.join(RESUMABLE_CHANGES)} and train.{{{', '.join(RESUMABLE_TRAIN_CHANGES)}}} "
+                "may change)"
+            )
+        self.step = int(payload["step"])
+        log.info("resumed %s at step %d", self.out_dir, self.step)
+
+    def check_fresh(self) -> None:
+        """Refuse to overwrite another run's training state when ``resume=false``."""
+        if (self.out_dir / STATE_DIR / "last.json").exists():
+            raise ConfigError(
+                f"out_dir {self.out_dir} already holds a training run; pass resume=true to continue it "
+                "or choose another out_dir"
+            )
+
+    def save(self) -> None:
+        """Write policy weights (EMA when enabled) and the training state for the current step."""
+        name = step_name(self.step)
+        weights_root = self.out_dir / WEIGHTS_DIR
+        with atomic_dir(weights_root / name) as tmp, self._averaged() as model:
+            policy_api.save_weights(model, tmp, self._weights_meta())
+        write_pointer(weights_root, self.step)
+        meta = {"resume_signature": _jsonable(resume_signature(self.cfg)), "config": self._config_dict()}
+        save_training_state(self.out_dir, self.step, self.training_state(), meta)
+        log.info("saved policy weights %s", weights_root / name)
+
+    def _config_dict(self) -> dict[str, Any]:
+        return _jsonable(dataclasses.asdict(self.cfg))
+
+    def _weights_meta(self) -> dict[str, Any]:
+        sha, dirty = git_revision()
+        return {
+            "policy": self.cfg.policy_name,
+            "env": self.cfg.env.name,
+            "env_id": self.cfg.env.gym_id,
+            "step": self.step,
+            "ema": self.ema is not None,
+            "store": self.cfg.data.path,
+            "train_episodes": self.data.train_ids,
+            "val_episodes": self.data.val_ids,
+            "git_revision": sha,
+            "git_dirty": dirty,
+            "config": self._config_dict(),
+        }
+
+    @contextlib.contextmanager
+    def _averaged(self):
+        """The policy with EMA weights swapped in (restored afterwards), or the raw policy."""
+        if self.ema is None:
+            yield self.policy
+        else:
+            with policy_api.ema_weights(self.ema, self.policy):
+                yield self.policy
+
+    # ------------------------------------------------------------------ loop
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        on = self.cfg.bf16 and self.device.type == "cuda"
+        return torch.autocast("cuda", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step; returns the (detached) loss and the pre-clip gradient norm."""
+        self.policy.train()
+        batch = to_torch_batch(self.data.train.sample(self.cfg.train.batch_size), self.device)
+        with self._autocast():
+            loss = self.loss_fn(batch, self.generator)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.cfg.train.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        if self.ema is not None:
+            policy_api.ema_update(self.ema, self.policy)
+        self.step += 1
+        return loss.detach().float(), grad_norm.detach().float()
+
+    @torch.no_grad()
+    def validate(self) -> float | None:
+        """Mean loss of the (EMA) policy on ``data.val_batches`` held-out batches (fixed seed: comparable
+        across steps, and the training generators are not touched)."""
+        val = self.data.val
+        if val is None:
+            return None
+        val.rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 0x7A1]))
+        gen = torch_generator(self.cfg.seed + 0x7A1, self.device)
+        losses = []
+        with self._averaged() as model:
+            model.eval()
+            for _ in range(self.cfg.data.val_batches):
+                batch = to_torch_batch(val.sample(self.cfg.train.batch_size), self.device)
+                with self._autocast():
+                    losses.append(float(self.loss_fn(batch, gen)))
+        self.policy.train()
+        return float(np.mean(losses))
+
+    def run(self, metrics: MetricsLogger, stop_at: int | None = None) -> dict[str, Any]:
+        """Train from ``self.step`` to ``train.steps`` (or stop without saving at ``stop_at``, which is
+        what a killed process leaves behind). Returns the run summary."""
+        t = self.cfg.train
+        end = t.steps if stop_at is None else min(stop_at, t.steps)
+        log.info(
+            "training %s (%d parameters) on %s: %d train / %d val episodes, %d windows, steps %d -> %d",
+            self.cfg.policy_name, count_parameters(self.policy), self.device,
+            len(self.data.train_ids), len(self.data.val_ids), len(self.data.train), self.step, end,
+        )  # fmt: skip
+        bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
+        window = _Window(self.step)
+        val_loss = None
+        while self.step < end:
+            loss, grad_norm = self.train_step()
+            window.add(loss, grad_norm)
+            bar.update(1)
+            if self.step % t.log_every == 0 or self.step == t.steps:
+                record = window.flush(self.step, t.batch_size, self.optimizer.param_groups[0]["lr"])
+                metrics.log(record, step=self.step)
+                bar.set_postfix(loss=f"{record['train/loss']:.4g}")
+            if (t.val_every and self.step % t.val_every == 0) or self.step == t.steps:
+                val_loss = self.validate()
+                if val_loss is not None:
+                    metrics.log({"val/loss": val_loss}, step=self.step)
+            if self.step % t.save_every == 0 or self.step == t.steps:
+                self.save()
+        bar.close()
+        return {
+            "policy": self.cfg.policy_name,
+            "steps": self.step,
+            "final_train_loss": window.last_loss,
+            "final_val_loss": val_loss,
+            "weights": str(self.out_dir / WEIGHTS_DIR / step_name(self.step)),
+            "parameters": count_parameters(self.policy),
+            "device": str(self.device),
+        }
+
+
+class _Window:
+    """Running sums of the training metrics between two log lines."""
+
+    def __init__(self, step: int) -> None:
+        self.loss_sum = torch.zeros(())
+        self.grad_sum = torch.zeros(())
+        self.n = 0
+        self.last_loss: float | None = None
+        self.start_step, self.start_time = step, time.perf_counter()
+
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self.loss_sum = self.loss_sum + loss.cpu()
+        self.grad_sum = self.grad_sum + grad_norm.cpu()
+        self.n += 1
+
+    def flush(self, step: int, batch_size: int, lr: float) -> dict[str, float]:
+        now = time.perf_counter()
+        self.last_loss = float(self.loss_sum) / max(self.n, 1)
+        record = {
+            "train/loss": self.last_loss,
+            "train/grad_norm": float(self.grad_sum) / max(self.n, 1),
+            "train/lr": float(lr),
+            "train/samples_per_s": (step - self.start_step) * batch_size / max(now - self.start_time, 1e-9),
+        }
+        self.loss_sum, self.grad_sum, self.n = torch.zeros(()), torch.zeros(()), 0
+        self.start_step, self.start_time = step, now
+        return record
+
+
+def _jsonable(obj: Any) -> Any:
+    """``obj`` as it reads back from JSON (tuples -> lists), for comparisons with saved configs."""
+    import json
+
+    from rewind.utils.io import to_jsonable
+
+    return json.loads(json.dumps(obj, default=to_jsonable))
