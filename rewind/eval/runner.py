@@ -21,7 +21,8 @@ from rewind.eval.recorders import StoreRecorder, VideoRecorder
 from rewind.eval.rollout import EpisodeRecord, RolloutObserver, run_batch
 from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.metrics import MetricsLogger
-from rewind.store import ReplayStore
+from rewind.policies.base import ActionChunkPolicy
+from rewind.store import ReplayStore, StoreSpec
 from rewind.train import policy_api
 from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
 from rewind.train.trainer import resolve_device
@@ -55,37 +56,20 @@ def _observers(cfg: EvalConfig, out_dir: Path, store: ReplayStore | None, versio
 
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``cfg.episodes`` episodes in batches of ``cfg.num_envs`` and return the summary."""
-    out_dir = Path(cfg.out_dir)
     device = resolve_device(cfg.device)
     folder = resolve_weights(cfg.policy_path)
     profile = perturbation_config(cfg.perturb)
     envs = [apply_perturbations(build_env(cfg.env), profile) for _ in range(min(cfg.num_envs, cfg.episodes))]
-    spec = store_spec_for(envs[0])
-    policy, _ = policy_api.load_weights(folder, device, spec, cfg.env.name)
-    version = policy_api.weights_version(folder)
-    log.info(
-        "evaluating %s (%s) on %s: %d episodes, %d envs",
-        folder,
-        version,
-        cfg.env.name,
-        cfg.episodes,
-        len(envs),
-    )
     start = time.perf_counter()
-    store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
-    records: list[EpisodeRecord] = []
-    with store_cm as store:
-        observers = _observers(cfg, out_dir, store, version)
-        bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name}", disable=not cfg.progress)
-        for first in range(0, cfg.episodes, len(envs)):
-            seeds = list(range(cfg.seed + first, cfg.seed + min(first + len(envs), cfg.episodes)))
-            gen = torch_generator(int(np.random.SeedSequence([cfg.seed, first]).generate_state(1)[0]), device)
-            records += run_batch(envs, policy, seeds, gen, device, observers)
-            bar.update(len(seeds))
-            bar.set_postfix(success=f"{np.mean([r.success for r in records]):.2f}")
-        bar.close()
-    for env in envs:
-        env.close()
+    try:
+        spec = store_spec_for(envs[0])
+        policy, _ = policy_api.load_weights(folder, device, spec, cfg.env.name)
+        version = policy_api.weights_version(folder)
+        log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
+        records = _rollouts(cfg, envs, policy, device, spec, version)
+    finally:
+        for env in envs:
+            env.close()
     summary = summarize(records, envs[0].unwrapped.stage_names)
     summary.update(
         env=cfg.env.name, policy_path=str(folder), policy_version=version, seed=cfg.seed,
@@ -94,6 +78,30 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     )  # fmt: skip
     _log_results(cfg, summary)
     return summary
+
+
+def _rollouts(
+    cfg: EvalConfig,
+    envs: list[Any],
+    policy: ActionChunkPolicy,
+    device: torch.device,
+    spec: StoreSpec,
+    version: str,
+) -> list[EpisodeRecord]:
+    """All episodes, batch by batch; each batch's sampling noise is seeded by ``(seed, first episode)``."""
+    records: list[EpisodeRecord] = []
+    store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
+    with store_cm as store:
+        observers = _observers(cfg, Path(cfg.out_dir), store, version)
+        bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name}", disable=not cfg.progress)
+        for first in range(0, cfg.episodes, len(envs)):
+            seeds = list(range(cfg.seed + first, cfg.seed + min(first + len(envs), cfg.episodes)))
+            gen = torch_generator(int(np.random.SeedSequence([cfg.seed, first]).generate_state(1)[0]), device)
+            records += run_batch(envs, policy, seeds, gen, device, observers)
+            bar.update(len(seeds))
+            bar.set_postfix(success=f"{np.mean([r.success for r in records]):.2f}")
+        bar.close()
+    return records
 
 
 def summarize(records: list[EpisodeRecord], stage_names: tuple[str, ...]) -> dict[str, Any]:
@@ -124,10 +132,10 @@ def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
         scalars.update({"eval/success_ci95_high": hi, "eval/mean_length": summary["mean_length"]})
         scalars.update({f"eval/max_stage/{k}": v for k, v in summary["max_stage_histogram"].items()})
         metrics.log(scalars, step=0)
-        metrics.log_table("eval/episodes", [{k: v for k, v in r.items()} for r in summary["records"]], step=0)
+        metrics.log_table("eval/episodes", summary["records"], step=0)
         for path in summary["videos"]:
             metrics.log_video(f"eval/video/{Path(path).stem}", path, step=0)
-        metrics.summary({k: v for k, v in scalars.items()})
+        metrics.summary(scalars)
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:

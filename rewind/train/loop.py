@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from rewind.metrics import MetricsLogger
 from rewind.train.config import TrainConfig
-from rewind.train.trainer import Trainer, resolve_device
+from rewind.train.trainer import Trainer, check_fresh, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,15 @@ def run_train(cfg: TrainConfig, stop_at: int | None = None) -> dict[str, Any]:
     threads = torch.get_num_threads()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
+    if not cfg.resume:
+        check_fresh(Path(cfg.out_dir))
     devices = [torch.cuda.current_device()] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+        with torch.random.fork_rng(devices=devices):
             torch.manual_seed(cfg.seed)
             trainer = Trainer(cfg)
             if cfg.resume:
                 trainer.resume()
-            else:
-                trainer.check_fresh()
             with MetricsLogger(
                 cfg.out_dir,
                 project=cfg.wandb.project,

@@ -172,6 +172,8 @@ def save_training_state(
         skeletons = {name: save_state_dict(tmp, name, c.state_dict()) for name, c in state.components.items()}
         rng = {f"generator.{k}": g.get_state() for k, g in state.generators.items()}
         rng["torch_cpu"] = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["torch_cuda"] = torch.cuda.get_rng_state()
         save_file(rng, str(tmp / "rng.safetensors"))
         payload = {"step": step, "numpy_rng": state.numpy_state(), "components": skeletons, **meta}
         atomic_write_json(tmp / "state.json", payload)
@@ -181,17 +183,24 @@ def save_training_state(
     return root / step_name(step)
 
 
+def read_state_meta(out_dir: Path) -> dict[str, Any] | None:
+    """``state.json`` of the newest complete training state of ``out_dir`` (None: there is none)."""
+    root = out_dir / STATE_DIR
+    step = read_pointer(root)
+    if step is None:
+        return None
+    return json.loads((root / step_name(step) / "state.json").read_text())
+
+
 def load_training_state(out_dir: Path, state: TrainingState) -> dict[str, Any] | None:
     """Restore the newest training state of ``out_dir`` into ``state``; return its ``state.json``.
 
     Returns None when the run has no complete training state yet.
     """
-    root = out_dir / STATE_DIR
-    step = read_pointer(root)
-    if step is None:
+    payload = read_state_meta(out_dir)
+    if payload is None:
         return None
-    folder = root / step_name(step)
-    payload = json.loads((folder / "state.json").read_text())
+    folder = out_dir / STATE_DIR / step_name(int(payload["step"]))
     for name, component in state.components.items():
         if name not in payload["components"]:
             raise ConfigError(f"{folder}: no saved '{name}' state (was the run started with other settings?)")
@@ -200,5 +209,7 @@ def load_training_state(out_dir: Path, state: TrainingState) -> dict[str, Any] |
     for name, gen in state.generators.items():
         gen.set_state(rng[f"generator.{name}"])
     torch.set_rng_state(rng["torch_cpu"])
+    if "torch_cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["torch_cuda"])
     state.set_numpy_state(payload["numpy_rng"])
     return payload

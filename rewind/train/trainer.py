@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from rewind.train.state import (
     atomic_dir,
     clean_temporaries,
     load_training_state,
+    read_state_meta,
     save_training_state,
     step_name,
     write_pointer,
@@ -90,7 +92,6 @@ class Trainer:
         )
         self.loss_fn = policy_api.loss_function(self.policy, compile=cfg.compile)
         self.step = 0
-        self.metrics: MetricsLogger | None = None
 
     # ------------------------------------------------------------------ state
     def training_state(self) -> TrainingState:
@@ -112,30 +113,26 @@ class Trainer:
         )
 
     def resume(self) -> None:
-        """Continue from the newest complete training state in ``out_dir`` (no-op when there is none)."""
+        """Continue from the newest complete training state in ``out_dir`` (no-op when there is none).
+
+        Raises:
+            ConfigError: the saved run's config differs in a key that may not change on resume.
+        """
         clean_temporaries(self.out_dir)
-        payload = load_training_state(self.out_dir, self.training_state())
-        if payload is None:
+        meta = read_state_meta(self.out_dir)
+        if meta is None:
             log.info("resume: no training state in %s yet; starting at step 0", self.out_dir)
             return
-        saved, now = payload["resume_signature"], resume_signature(self.cfg)
-        changed = sorted(k for k in now if saved.get(k) != _jsonable(now[k]))
+        changed = _changed_keys(meta["resume_signature"], _jsonable(resume_signature(self.cfg)))
         if changed:
             raise ConfigError(
                 f"resume: config differs from the saved run in {', '.join(changed)} "
                 f"(only {', '.join(RESUMABLE_CHANGES)} and train.{{{', '.join(RESUMABLE_TRAIN_CHANGES)}}} "
                 "may change)"
             )
-        self.step = int(payload["step"])
+        load_training_state(self.out_dir, self.training_state())
+        self.step = int(meta["step"])
         log.info("resumed %s at step %d", self.out_dir, self.step)
-
-    def check_fresh(self) -> None:
-        """Refuse to overwrite another run's training state when ``resume=false``."""
-        if (self.out_dir / STATE_DIR / "last.json").exists():
-            raise ConfigError(
-                f"out_dir {self.out_dir} already holds a training run; pass resume=true to continue it "
-                "or choose another out_dir"
-            )
 
     def save(self) -> None:
         """Write policy weights (EMA when enabled) and the training state for the current step."""
@@ -168,7 +165,7 @@ class Trainer:
         }
 
     @contextlib.contextmanager
-    def _averaged(self):
+    def _averaged(self) -> Iterator[ActionChunkPolicy]:
         """The policy with EMA weights swapped in (restored afterwards), or the raw policy."""
         if self.ema is None:
             yield self.policy
@@ -228,7 +225,7 @@ class Trainer:
             len(self.data.train_ids), len(self.data.val_ids), len(self.data.train), self.step, end,
         )  # fmt: skip
         bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
-        window = _Window(self.step)
+        window = _Window(self.step, self.device)
         val_loss = None
         while self.step < end:
             loss, grad_norm = self.train_step()
@@ -259,19 +256,22 @@ class Trainer:
 class _Window:
     """Running sums of the training metrics between two log lines."""
 
-    def __init__(self, step: int) -> None:
-        self.loss_sum = torch.zeros(())
-        self.grad_sum = torch.zeros(())
+    def __init__(self, step: int, device: torch.device) -> None:
+        self.device = device
+        self.loss_sum = torch.zeros((), device=device)
+        self.grad_sum = torch.zeros((), device=device)
         self.n = 0
         self.last_loss: float | None = None
         self.start_step, self.start_time = step, time.perf_counter()
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        self.loss_sum = self.loss_sum + loss.cpu()
-        self.grad_sum = self.grad_sum + grad_norm.cpu()
+        """Accumulate one step on the device (no host sync until :meth:`flush`)."""
+        self.loss_sum = self.loss_sum + loss
+        self.grad_sum = self.grad_sum + grad_norm.to(self.device)
         self.n += 1
 
     def flush(self, step: int, batch_size: int, lr: float) -> dict[str, float]:
+        """The window's mean loss and gradient norm, the lr and the throughput; then start a new window."""
         now = time.perf_counter()
         self.last_loss = float(self.loss_sum) / max(self.n, 1)
         record = {
@@ -280,9 +280,30 @@ class _Window:
             "train/lr": float(lr),
             "train/samples_per_s": (step - self.start_step) * batch_size / max(now - self.start_time, 1e-9),
         }
-        self.loss_sum, self.grad_sum, self.n = torch.zeros(()), torch.zeros(()), 0
+        self.loss_sum, self.grad_sum, self.n = (
+            torch.zeros_like(self.loss_sum),
+            torch.zeros_like(self.grad_sum),
+            0,
+        )
         self.start_step, self.start_time = step, now
         return record
+
+
+def check_fresh(out_dir: Path) -> None:
+    """Refuse to start a new run over another run's training state (``resume=false``)."""
+    if (out_dir / STATE_DIR / "last.json").exists():
+        raise ConfigError(
+            f"out_dir {out_dir} already holds a training run; pass resume=true to continue it "
+            "or choose another out_dir"
+        )
+
+
+def _changed_keys(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like trees."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        keys = sorted(set(saved) | set(now))
+        return [c for k in keys for c in _changed_keys(saved.get(k), now.get(k), f"{prefix}{k}.")]
+    return [] if saved == now else [prefix.rstrip(".")]
 
 
 def _jsonable(obj: Any) -> Any:

@@ -87,6 +87,12 @@ def test_policy_yaml_lists_every_config_field(policy: str) -> None:
     assert fields <= set(node), f"configs/policy/{policy}.yaml lacks {sorted(fields - set(node))}"
 
 
+def test_store_of_another_env_is_refused(tmp_path: Path, store: Path, capsys: pytest.CaptureFixture) -> None:
+    args = [a for a in train_args(tmp_path / "c", store) if a != "env=lift"]
+    assert run_cli(train_main, [*args, "env=stack3"]) == 2
+    assert "holds rewind/Lift-v0 episodes, but env is rewind/Stack3-v0" in capsys.readouterr().err
+
+
 def test_bad_policy_value_is_one_line(tmp_path: Path, store: Path, capsys: pytest.CaptureFixture) -> None:
     assert run_cli(train_main, [*train_args(tmp_path / "b", store), "policy.horizon=7"]) == 2
     err = capsys.readouterr().err.strip()

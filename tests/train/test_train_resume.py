@@ -67,7 +67,7 @@ def test_resume_refuses_a_changed_config_and_fresh_runs_refuse_to_overwrite(
     run_train(train_config(run, store, train=short))
     with pytest.raises(ConfigError, match="resume=true"):
         run_train(train_config(run, store, train=short))
-    with pytest.raises(ConfigError, match="config differs from the saved run in train"):
+    with pytest.raises(ConfigError, match="config differs from the saved run in train.lr "):
         run_train(train_config(run, store, train={**short, "lr": 3e-4}, resume=True))
     summary = run_train(train_config(run, store, train={**short, "steps": 12}, resume=True))
     assert summary["steps"] == 12  # train.steps may grow on resume
