@@ -9,7 +9,7 @@ Action ``a`` (float32 ``[5]``, every entry in ``[-1, 1]``):
 idx   meaning                                                      units at ``|a| = 1``
 ====  ===========================================================  =========================
 0-2   change of the gripper target position x, y, z (world frame)   ``MAX_DPOS`` = 0.02 m/step
-3     change of the gripper target yaw                              ``MAX_DYAW`` = 0.15 rad/step
+3     change of the gripper target yaw (wraps through +-pi)         ``MAX_DYAW`` = 0.15 rad/step
 4     finger command (absolute, not a delta): -1 closed, +1 open    opening 0 .. 0.09 m
 ====  ===========================================================  =========================
 
@@ -182,6 +182,11 @@ class TaskEnv(gym.Env):
         """The mocap target position the gripper follows [3]."""
         return self.data.mocap_pos[0]
 
+    @property
+    def target_yaw(self) -> float:
+        """The commanded gripper yaw (rad, wrapped to (-pi, pi]) that the mocap target holds."""
+        return self._target_yaw
+
     def stage(self) -> int:
         """Index of the current stage (``num_stages`` once the task is done)."""
         return self._compute_stage()
@@ -244,7 +249,13 @@ class TaskEnv(gym.Env):
         np.minimum(np.maximum(t, grip - MAX_LEAD, out=t), grip + MAX_LEAD, out=t)
         np.minimum(np.maximum(t, WORKSPACE_LOW, out=t), WORKSPACE_HIGH, out=t)
         d.mocap_pos[0] = t
-        yaw = min(max(self._target_yaw + float(a[3]) * MAX_DYAW, -math.pi), math.pi)
+        # The target yaw wraps to (-pi, pi]: a turn through +-pi continues the short way round. The
+        # mocap quaternion only changes sign at the wrap (the same rotation), so the weld does not jump.
+        yaw = self._target_yaw + float(a[3]) * MAX_DYAW
+        if yaw > math.pi:
+            yaw -= 2.0 * math.pi
+        elif yaw <= -math.pi:
+            yaw += 2.0 * math.pi
         self._target_yaw = yaw
         q = d.mocap_quat[0]
         q[0], q[1], q[2], q[3] = math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)

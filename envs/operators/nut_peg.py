@@ -66,7 +66,7 @@ RING_HALF = HOLE_HALF + 2 * WALL_HALF
 #: Half-size of a finger pad in the gripper's x (m) and the closed pair's half-size in y.
 FINGER_HALF_X = 0.012
 #: Largest |gripper yaw| picked for a grasp: leaves room for the <= 45 degree alignment turn
-#: inside the env's [-pi, pi] yaw range.
+#: inside [-pi, pi], so the wrist never turns through +-pi (see :meth:`NutPegOperator.move_to`).
 MAX_GRASP_YAW = math.pi / 2 + 0.3
 #: Finger command while approaching the handle: a 50 mm opening (15 mm of play on each side of the
 #: 20 mm handle) rather than the full 90 mm, so an open finger does not reach into the peg when the
@@ -148,13 +148,14 @@ class NutPegOperator(Operator):
     """Grasp the nut by its handle, carry it over the peg with matched yaw, lower it, release."""
 
     def move_to(self, env: TaskEnv, pos: np.ndarray, yaw: float, grip: float) -> np.ndarray:
-        """:meth:`Operator.move_to`, but turning the wrist without wrapping through +-pi.
+        """:meth:`Operator.move_to`, but turning the wrist without passing through +-pi.
 
-        The env clips the commanded yaw to ``[-pi, pi]``, so the shortest way round can be blocked
-        there; the turn goes from the (unwrapped) current yaw straight to ``yaw`` instead.
+        The turn goes from the current yaw (unwrapped around the env's commanded
+        :attr:`~rewind.envs.core.base.TaskEnv.target_yaw`) straight to ``yaw``, so the wrist stays in
+        the ``[-MAX_GRASP_YAW - pi/4, MAX_GRASP_YAW + pi/4]`` range the grasp yaws are chosen for.
         """
         a = super().move_to(env, pos, yaw, grip)
-        cmd = float(getattr(env, "_target_yaw", env.gripper_yaw()))  # the commanded yaw, unwrapped
+        cmd = env.target_yaw  # the commanded yaw
         current = cmd + wrap_angle(env.gripper_yaw() - cmd)
         a[3] = np.clip((wrap_angle(yaw) - current) / MAX_DYAW * 0.7, -1.0, 1.0)
         return a

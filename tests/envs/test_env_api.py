@@ -57,6 +57,24 @@ def test_same_seed_same_obs(task: str) -> None:
     assert obs_equal(oa, od)
 
 
+def test_yaw_target_wraps_through_pi() -> None:
+    """Turning the wrist past +pi continues the short way round (no clip), and the gripper follows."""
+    env = make("lift")
+    env.reset(seed=0)
+    turn = np.array([0.0, 0.0, 0.0, 1.0, 1.0], dtype=np.float32)
+    yaws = []
+    for _ in range(30):  # 30 x 0.15 rad = 4.5 rad: through +pi
+        env.step(turn)
+        yaws.append(env.gripper_yaw())
+    assert env.target_yaw == pytest.approx(4.5 - 2 * np.pi)
+    assert -np.pi < env.target_yaw <= np.pi
+    steps = np.angle(np.exp(1j * np.diff(np.unwrap(yaws))))
+    assert np.all(steps > 0.05) and np.all(steps < 0.3), steps  # monotonic, no jump at the wrap
+    assert np.cos(env.gripper_yaw() - env.target_yaw) > np.cos(0.2)
+    with pytest.raises(AttributeError):
+        env.target_yaw = 0.0
+
+
 def test_truncates_at_max_steps(task: str) -> None:
     env = make(task, max_steps=3)
     env.reset(seed=0)
