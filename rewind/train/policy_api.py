@@ -11,7 +11,6 @@ import contextlib
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -54,24 +53,11 @@ def loss_function(policy: ActionChunkPolicy, compile: bool = False) -> LossFn:
     return lambda batch, gen: fn(batch)
 
 
-#: EMA settings for policies whose config has no ``ema_*`` fields (ACT): Diffusion Policy's warm-up.
-EMA_DEFAULTS = {
-    "ema_decay": 0.9999,
-    "ema_min_decay": 0.0,
-    "ema_use_warmup": True,
-    "ema_inv_gamma": 1.0,
-    "ema_power": 0.75,
-    "ema_update_after_step": 0,
-}
-
-
 def make_ema(policy: ActionChunkPolicy) -> Any:
-    """``rewind.policies.ema.make_ema`` with the policy config's ``ema_*`` fields, falling back to
-    :data:`EMA_DEFAULTS` for those the config lacks."""
+    """EMA of the policy's parameters (``rewind.policies.ema``; settings: the config's ``ema_*`` fields)."""
     from rewind.policies.ema import make_ema as _make_ema
 
-    settings = SimpleNamespace(**{k: getattr(policy.config, k, v) for k, v in EMA_DEFAULTS.items()})
-    return _make_ema(policy, settings)
+    return _make_ema(policy)
 
 
 def ema_update(ema: Any, policy: ActionChunkPolicy) -> None:

@@ -62,6 +62,8 @@ def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
     full = dataclasses.asdict(cfg)
     sig = {k: v for k, v in full.items() if k not in RESUMABLE_CHANGES}
     sig["train"] = {k: v for k, v in full["train"].items() if k not in RESUMABLE_TRAIN_CHANGES}
+    # the resolved policy config (defaults filled in), so YAML-listed and omitted defaults compare equal
+    sig["policy"] = {"name": cfg.policy_name, **dataclasses.asdict(policy_config(cfg.policy))}
     return sig
 
 
