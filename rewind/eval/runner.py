@@ -124,8 +124,9 @@ def summarize(records: list[EpisodeRecord], stage_names: tuple[str, ...]) -> dic
 
 def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
     """Send the results through :mod:`rewind.metrics` (scalars, the episode table, the videos)."""
+    name = f"eval-{cfg.env.name}-{Path(cfg.out_dir).name}"
     with MetricsLogger(
-        cfg.out_dir, project=cfg.wandb.project, mode=cfg.wandb.mode, config=asdict(cfg), group=cfg.wandb.group
+        cfg.out_dir, cfg.wandb.project, cfg.wandb.mode, asdict(cfg), run_name=name, group=cfg.wandb.group
     ) as metrics:
         lo, hi = summary["success_ci95"]
         scalars = {"eval/success_rate": summary["success_rate"], "eval/success_ci95_low": lo}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,13 +56,14 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
     return TrainData(spec, train, val, train_ids, val_ids)
 
 
-def to_torch_batch(batch: dict, device: torch.device) -> dict:
+def to_torch_batch(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """A sampler batch as tensors on ``device``: ``obs`` (dict), ``action``, ``action_mask``, ``weight``.
 
     Float observations become float32; uint8 images stay uint8 (the policy's encoder scales them).
     """
 
     def tensor(x: np.ndarray) -> torch.Tensor:
+        """``x`` as a tensor on ``device`` (float64 -> float32)."""
         t = torch.from_numpy(np.ascontiguousarray(x))
         if t.is_floating_point():
             t = t.float()

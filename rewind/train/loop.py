@@ -28,11 +28,11 @@ def run_train(cfg: TrainConfig, stop_at: int | None = None) -> dict[str, Any]:
         stop_at: stop after this step without a final save (tests use it to stand in for a kill).
     """
     device = resolve_device(cfg.device)
+    if not cfg.resume:
+        check_fresh(Path(cfg.out_dir))
     threads = torch.get_num_threads()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if not cfg.resume:
-        check_fresh(Path(cfg.out_dir))
     devices = [torch.cuda.current_device()] if device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=devices):
@@ -45,6 +45,7 @@ def run_train(cfg: TrainConfig, stop_at: int | None = None) -> dict[str, Any]:
                 project=cfg.wandb.project,
                 mode=cfg.wandb.mode,
                 config=dataclasses.asdict(cfg),
+                run_name=f"{cfg.env.name}-{cfg.policy_name}-{Path(cfg.out_dir).name}",
                 group=cfg.wandb.group,
             ) as metrics:
                 summary = trainer.run(metrics, stop_at=stop_at)
