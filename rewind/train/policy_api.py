@@ -95,8 +95,8 @@ def load_weights(
             raise
         trained = extra.get("env_id", "another env")
         raise ConfigError(
-            f"policy weights {folder} were trained on {trained} and do not fit env={env} ({spec.env_id}): "
-            + str(exc).split("another layout: ", 1)[-1]
+            f"policy weights {folder} (trained on {trained}) do not fit env={env} ({spec.env_id}) as "
+            "configured: " + str(exc).split("another layout: ", 1)[-1]
         ) from exc
     return policy, {"policy": read_policy_meta(folder)["policy_type"], **extra}
 

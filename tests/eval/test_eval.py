@@ -85,7 +85,7 @@ def test_weights_for_another_env_layout_fail_clearly(
     args = [f"policy_path={run_dir}", "env=stack3", "episodes=2", f"out_dir={tmp_path / 'x'}"]
     assert run_cli(eval_main, [*args, "device=cpu", "wandb.mode=disabled"]) == 2
     err = capsys.readouterr().err
-    assert "were trained on rewind/Lift-v0 and do not fit env=stack3" in err
+    assert "(trained on rewind/Lift-v0) do not fit env=stack3 (rewind/Stack3-v0)" in err
     assert "cube_pos" in err and "Traceback" not in err
 
 
