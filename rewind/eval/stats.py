@@ -1,4 +1,8 @@
-"""Statistics of evaluation results: binomial confidence intervals and stage histograms."""
+"""Statistics of evaluation results: the Wilson interval of the success rate and stage histograms.
+
+``wilson_interval`` lives in :mod:`rewind.utils.stats` (shared with the env benchmarks) and is
+re-exported here.
+"""
 
 from __future__ import annotations
 
