@@ -8,6 +8,7 @@ relies on both.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from torch import nn
 from rewind.policies.base import ActionChunkPolicy, Obs
 from rewind.policies.configuration_base import PolicyConfig
 from rewind.policies.encoders import ImageEncoder, LowDimEncoder
+from rewind.policies.guidance import GuidanceFn
 from rewind.policies.normalizer import Normalizer
 from rewind.policies.shape_meta import is_image, low_dim_keys, normalize_shape_meta
 
@@ -187,3 +189,48 @@ class ObsConditionedPolicy(ActionChunkPolicy):
         dev = generator.device if generator is not None else self.device
         x = torch.randn((batch, self.horizon, self.action_dim), generator=generator, device=dev)
         return x.to(self.device)
+
+
+class GuidedChunkPolicy(ObsConditionedPolicy):
+    """Base of the policies that turn noise into a chunk (diffusion, flow), with optional guidance.
+
+    Subclasses implement :meth:`_generate`; sampling ``S`` chunks encodes the observation once and
+    repeats the features. ``guidance`` (``fn(x0_hat, t) -> x0'`` on normalized chunks, see
+    :mod:`rewind.policies.guidance`) applies in the last ``guidance_last_k`` steps.
+    """
+
+    guidance: GuidanceFn | None = None
+
+    @torch.no_grad()
+    def predict_chunk(
+        self,
+        obs: Obs,
+        num_samples: int = 1,
+        generator: torch.Generator | None = None,
+        guidance: GuidanceFn | None = None,
+    ) -> torch.Tensor:
+        """``[B, S, H, Da]`` chunks (env units); ``guidance`` defaults to :attr:`guidance`."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1; got {num_samples}")
+        return self._sample_chunk(obs, num_samples, generator, guidance or self.guidance)
+
+    def _sample_chunk(
+        self,
+        obs: Obs,
+        num_samples: int,
+        generator: torch.Generator | None,
+        guidance: GuidanceFn | None = None,
+        guidance_last_k: int | None = None,
+    ) -> torch.Tensor:
+        """Encode once, repeat the features ``S`` times, generate ``[B * S, H, Da]``, unnormalize."""
+        cond = self.repeat_features(self.encode(obs), num_samples)
+        last_k = self.config.guidance_last_k if guidance_last_k is None else guidance_last_k
+        x = self._generate(cond, generator, guidance, last_k)
+        chunks = self.normalizer.unnormalize("action", x)
+        return chunks.reshape(-1, num_samples, self.horizon, self.action_dim)
+
+    @abstractmethod
+    def _generate(
+        self, cond: torch.Tensor, generator: torch.Generator | None, guidance: GuidanceFn | None, last_k: int
+    ) -> torch.Tensor:
+        """Normalized chunks ``[N, H, Da]`` from features ``cond`` ``[N, F]``, seeded by ``generator``."""

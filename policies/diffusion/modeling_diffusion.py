@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
-from rewind.policies.base import Obs
-from rewind.policies.common import ObsConditionedPolicy, masked_weighted_mse
+from rewind.policies.common import GuidedChunkPolicy, masked_weighted_mse
 from rewind.policies.diffusion.configuration_diffusion import DiffusionConfig
 from rewind.policies.diffusion.unet import ConditionalUnet1D
 from rewind.policies.guidance import GuidanceFn, eps_from_x0, x0_from_eps
@@ -41,7 +40,7 @@ def make_scheduler(cfg: DiffusionConfig, kind: str) -> DDPMScheduler | DDIMSched
     return DDPMScheduler(**common, variance_type="fixed_small")
 
 
-class DiffusionPolicy(ObsConditionedPolicy):
+class DiffusionPolicy(GuidedChunkPolicy):
     """Diffusion Policy over action chunks (see the module docstring).
 
     Args:
@@ -69,7 +68,6 @@ class DiffusionPolicy(ObsConditionedPolicy):
         )
         self.noise_scheduler = make_scheduler(config, "ddpm")
         self.sampler = make_scheduler(config, config.scheduler)
-        self.guidance: GuidanceFn | None = None
 
     def compute_loss(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> torch.Tensor:
         """Scalar denoising loss of a window batch (env units; see :meth:`split_batch`).
@@ -88,35 +86,7 @@ class DiffusionPolicy(ObsConditionedPolicy):
         target = noise if self.config.prediction_type == "epsilon" else x0
         return masked_weighted_mse(pred, target, mask, weight)
 
-    @torch.no_grad()
-    def predict_chunk(
-        self,
-        obs: Obs,
-        num_samples: int = 1,
-        generator: torch.Generator | None = None,
-        guidance: GuidanceFn | None = None,
-    ) -> torch.Tensor:
-        """``[B, S, H, Da]`` chunks (env units); ``guidance`` defaults to :attr:`guidance`."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1; got {num_samples}")
-        return self._sample_chunk(obs, num_samples, generator, guidance or self.guidance)
-
-    def _sample_chunk(
-        self,
-        obs: Obs,
-        num_samples: int,
-        generator: torch.Generator | None,
-        guidance: GuidanceFn | None = None,
-        guidance_last_k: int | None = None,
-    ) -> torch.Tensor:
-        """Encode once, repeat the features ``S`` times, denoise ``[B * S, H, Da]``, unnormalize."""
-        cond = self.repeat_features(self.encode(obs), num_samples)
-        last_k = self.config.guidance_last_k if guidance_last_k is None else guidance_last_k
-        x = self._denoise(cond, generator, guidance, last_k)
-        chunks = self.normalizer.unnormalize("action", x)
-        return chunks.reshape(-1, num_samples, self.horizon, self.action_dim)
-
-    def _denoise(
+    def _generate(
         self, cond: torch.Tensor, generator: torch.Generator | None, guidance: GuidanceFn | None, last_k: int
     ) -> torch.Tensor:
         """Reverse process from ``N(0, I)``: ``cond`` ``[N, F]`` -> normalized chunks ``[N, H, Da]``."""

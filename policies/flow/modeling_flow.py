@@ -14,14 +14,13 @@ from typing import Any
 
 import torch
 
-from rewind.policies.base import Obs
-from rewind.policies.common import ObsConditionedPolicy, masked_weighted_mse
+from rewind.policies.common import GuidedChunkPolicy, masked_weighted_mse
 from rewind.policies.diffusion.unet import ConditionalUnet1D
 from rewind.policies.flow.configuration_flow import FlowConfig
 from rewind.policies.guidance import GuidanceFn
 
 
-class FlowPolicy(ObsConditionedPolicy):
+class FlowPolicy(GuidedChunkPolicy):
     """Rectified-flow policy over action chunks (see the module docstring).
 
     Args:
@@ -47,7 +46,6 @@ class FlowPolicy(ObsConditionedPolicy):
             config.diffusion_step_embed_dim,
             time_scale=config.time_scale,
         )
-        self.guidance: GuidanceFn | None = None
 
     def sample_time(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Training times ``[n]`` in [0, 1] on the generator's device (``config.time_sampling``)."""
@@ -71,35 +69,7 @@ class FlowPolicy(ObsConditionedPolicy):
         pred = self.unet(x_t, t, cond)
         return masked_weighted_mse(pred, x1 - x0, mask, weight)
 
-    @torch.no_grad()
-    def predict_chunk(
-        self,
-        obs: Obs,
-        num_samples: int = 1,
-        generator: torch.Generator | None = None,
-        guidance: GuidanceFn | None = None,
-    ) -> torch.Tensor:
-        """``[B, S, H, Da]`` chunks (env units); ``guidance`` defaults to :attr:`guidance`."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1; got {num_samples}")
-        return self._sample_chunk(obs, num_samples, generator, guidance or self.guidance)
-
-    def _sample_chunk(
-        self,
-        obs: Obs,
-        num_samples: int,
-        generator: torch.Generator | None,
-        guidance: GuidanceFn | None = None,
-        guidance_last_k: int | None = None,
-    ) -> torch.Tensor:
-        """Encode once, repeat the features ``S`` times, integrate ``[B * S, H, Da]``, unnormalize."""
-        cond = self.repeat_features(self.encode(obs), num_samples)
-        last_k = self.config.guidance_last_k if guidance_last_k is None else guidance_last_k
-        x = self._integrate(cond, generator, guidance, last_k)
-        chunks = self.normalizer.unnormalize("action", x)
-        return chunks.reshape(-1, num_samples, self.horizon, self.action_dim)
-
-    def _integrate(
+    def _generate(
         self, cond: torch.Tensor, generator: torch.Generator | None, guidance: GuidanceFn | None, last_k: int
     ) -> torch.Tensor:
         """Euler integration from seeded noise: ``cond`` ``[N, F]`` -> normalized chunks ``[N, H, Da]``."""
