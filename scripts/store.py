@@ -46,15 +46,15 @@ def main(cfg: StoreCommandConfig) -> dict[str, Any]:
         from rewind.store import store_info
 
         return dict(store_info(cfg.path))
-    from rewind.store import robomimic_io
+    from rewind.store import ReplayStore, robomimic_io
 
-    if cfg.cmd == "export":
-        result = robomimic_io.export_robomimic(cfg.path, cfg.out)
-    else:
-        result = robomimic_io.import_robomimic(cfg.path, cfg.out)
     summary: dict[str, Any] = {"cmd": cfg.cmd, "src": cfg.path, "dest": cfg.out}
-    if isinstance(result, dict):
-        summary.update(result)
+    if cfg.cmd == "export":
+        with ReplayStore.open(cfg.path) as store:
+            summary["demos"] = len(robomimic_io.export_robomimic(store, cfg.out))
+    else:
+        with robomimic_io.import_robomimic(cfg.path, cfg.out) as store:
+            summary.update(store.summary())
     return summary
 
 
