@@ -65,15 +65,21 @@ def _available(name: str) -> bool:
     return True
 
 
+DEVICE = torch.device("cpu")
+#: Extra config overrides for the U-Net policies (``--down-dims``).
+UNET_OVERRIDES: dict[str, Any] = {}
+
+
 def _build(name: str, overrides: dict[str, Any], seed: int = 0) -> Any:
-    """Policy with seeded init (global RNG restored) and a normalizer fitted on random data."""
+    """Policy on ``DEVICE`` with seeded init (global RNG restored), normalizer fitted on random data."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        policy = make_policy(name, overrides, LIFT_SHAPE_META)
+        extra = UNET_OVERRIDES if name in ("diffusion", "flow") else {}
+        policy = make_policy(name, {**extra, **overrides}, LIFT_SHAPE_META)
     rng = np.random.default_rng(seed)
     data = {f"obs/{k}": rng.normal(size=(1000, e["shape"][0])) for k, e in LIFT_SHAPE_META["obs"].items()}
     policy.fit_normalizer({**data, "action": rng.normal(size=(1000, 5))})
-    return policy
+    return policy.to(DEVICE)
 
 
 def _batch(policy: Any, n: int, seed: int = 0) -> dict[str, Any]:
@@ -82,22 +88,32 @@ def _batch(policy: Any, n: int, seed: int = 0) -> dict[str, Any]:
         k: torch.randn(n, policy.n_obs_steps, *e["shape"], generator=g)
         for k, e in LIFT_SHAPE_META["obs"].items()
     }
-    return {
+    batch = {
         "obs": obs,
         "action": torch.randn(n, policy.horizon, 5, generator=g),
         "action_mask": torch.ones(n, policy.horizon, dtype=torch.bool),
         "weight": torch.ones(n),
     }
+    return {k: ({kk: vv.to(DEVICE) for kk, vv in v.items()} if isinstance(v, dict) else v.to(DEVICE))
+            for k, v in batch.items()}  # fmt: skip
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def _timeit(fn: Callable[[], Any], reps: int, budget_s: float) -> tuple[float, int]:
-    """Mean seconds per call after one warm-up call; stops early past ``budget_s`` (>= 1 rep)."""
+    """Mean seconds per call after one warm-up call; stops early past ``budget_s`` (>= 1 rep).
+    On CUDA the device is synchronized around each call."""
     fn()
+    _sync()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < reps and (not times or time.perf_counter() - start < budget_s):
         t0 = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - t0)
     return float(np.mean(times)), len(times)
 
@@ -108,8 +124,11 @@ def bench_training(name: str, batch_size: int, steps: int, budget_s: float) -> d
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-4)
     batch = _batch(policy, batch_size)
 
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=DEVICE.type == "cuda")
+
     def step() -> None:
-        loss = policy.compute_loss(batch)
+        with autocast:
+            loss = policy.compute_loss(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -130,7 +149,9 @@ def bench_inference(label: str, batch_sizes: list[int], reps: int, budget_s: flo
     out: dict[str, Any] = {"params": count_parameters(policy)}
     for b in batch_sizes:
         obs = _batch(policy, b)["obs"]
-        sec, n = _timeit(lambda obs=obs: policy.predict_chunk(obs, 1, torch_generator(0)), reps, budget_s)
+        sec, n = _timeit(
+            lambda obs=obs: policy.predict_chunk(obs, 1, torch_generator(0, DEVICE)), reps, budget_s
+        )
         out[f"batch{b}_ms"] = 1e3 * sec
         out[f"batch{b}_reps"] = n
     return out
@@ -145,16 +166,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--train-steps", type=int, default=5, help="timed optimizer steps per policy")
     ap.add_argument("--reps", type=int, default=5, help="timed predict_chunk calls per setting")
     ap.add_argument("--budget-s", type=float, default=5.0, help="time cap per measurement (>= 1 rep)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (training in bf16 autocast on cuda)")
+    ap.add_argument("--down-dims", type=int, nargs="*", help="U-Net widths (reference: 256 512 1024)")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if args.down_dims:
+        UNET_OVERRIDES["down_dims"] = list(args.down_dims)
     torch.set_num_threads(args.threads)
     policies = [p for p in ("diffusion", "flow", "act") if _available(p)]
     result: dict[str, Any] = {
         "command": " ".join(["bench/bench_policy.py", *(sys.argv[1:] if argv is None else argv)]),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu",
         "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
         "machine": platform.processor() or platform.machine(),
         "layout": "lift (16 low-dim floats, action_dim 5)",
+        "unet_overrides": dict(UNET_OVERRIDES),
         "training": {p: bench_training(p, args.batch, args.train_steps, args.budget_s) for p in policies},
         "inference": {
             label: bench_inference(label, [1, 16], args.reps, args.budget_s)
