@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, write ``--out``, print the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results/policy.json")
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads for training")
+    ap.add_argument("--infer-threads", type=int, default=1, help="torch intra-op threads for inference")
     ap.add_argument("--batch", type=int, default=256, help="training batch size")
     ap.add_argument("--train-steps", type=int, default=5, help="timed optimizer steps per policy")
     ap.add_argument("--reps", type=int, default=5, help="timed predict_chunk calls per setting")
@@ -185,11 +186,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "layout": "lift (16 low-dim floats, action_dim 5)",
         "unet_overrides": dict(UNET_OVERRIDES),
         "training": {p: bench_training(p, args.batch, args.train_steps, args.budget_s) for p in policies},
-        "inference": {
-            label: bench_inference(label, [1, 16], args.reps, args.budget_s)
-            for label, (name, _) in INFERENCE_VARIANTS.items()
-            if name in policies
-        },
+    }
+    torch.set_num_threads(args.infer_threads)
+    result["infer_threads"] = torch.get_num_threads()
+    result["inference"] = {
+        label: bench_inference(label, [1, 16], args.reps, args.budget_s)
+        for label, (name, _) in INFERENCE_VARIANTS.items()
+        if name in policies
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
