@@ -3,7 +3,7 @@
 For every (task, demos) pair of the plan it runs the three committed commands, exactly as a user
 would, each into its own run folder under ``--root``:
 
-    rewind-collect env=TASK episodes=DEMOS seed=0 out=ROOT/TASK_dDEMOS/store
+    rewind-collect env=TASK episodes=DEMOS seed=0 out=ROOT/TASK_dDEMOS_sSTEPS/store
     rewind-train   env=TASK policy=diffusion data.path=... train.steps=STEPS out_dir=ROOT/.../train
     rewind-eval    policy_path=ROOT/.../train env=TASK episodes=50 seed=10000 out_dir=ROOT/.../eval
 
@@ -28,7 +28,7 @@ from typing import Any
 
 log = logging.getLogger("base_policies")
 
-#: (task, number of demos) pairs: two demo counts on the long tasks, 100 on the short ones.
+#: task:demos[:steps] items: two demo counts on the long tasks, 100 on the short ones.
 DEFAULT_PLAN = ["lift:100", "pick_place:100", "stack3:25", "stack3:100", "nut_peg:25", "nut_peg:100"]
 
 
@@ -51,7 +51,7 @@ def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
 
 def run_pair(root: Path, task: str, demos: int, steps: int, episodes: int, threads: int) -> dict[str, Any]:
     """Collect, train and evaluate one (task, demos) pair; return its result row."""
-    base = root / f"{task}_d{demos}"
+    base = root / f"{task}_d{demos}_s{steps}"
     store = base / "store"
     col = _run([_bin("rewind-collect"), f"env={task}", f"episodes={demos}", "seed=0", f"out={store}",
                 f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run the plan; write the JSON and the Markdown table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="runs/base_policies")
-    ap.add_argument("--plan", nargs="*", default=DEFAULT_PLAN, help="task:demos pairs")
-    ap.add_argument("--steps", type=int, default=2500, help="training steps per run")
+    ap.add_argument("--plan", nargs="*", default=DEFAULT_PLAN, help="task:demos[:steps] items")
+    ap.add_argument("--steps", type=int, default=2500, help="training steps of items without their own")
     ap.add_argument("--episodes", type=int, default=50, help="evaluation episodes per run")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for training")
     ap.add_argument("--out", default="bench/results/base_policies.json")
@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("MUJOCO_GL", "osmesa")
     rows = []
     for item in args.plan:
-        task, _, demos = item.partition(":")
-        rows.append(run_pair(Path(args.root), task, int(demos), args.steps, args.episodes, args.threads))
+        task, demos, *steps = item.split(":")
+        n_steps = int(steps[0]) if steps else args.steps
+        rows.append(run_pair(Path(args.root), task, int(demos), n_steps, args.episodes, args.threads))
         log.info("%s d%s: success %.0f%%", task, demos, 100 * rows[-1]["success_rate"])
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2))

@@ -72,14 +72,19 @@ class ActionChunkPolicy(nn.Module, ABC):
 
     def __init__(self, n_obs_steps: int, horizon: int, n_action_steps: int, action_dim: int) -> None:
         super().__init__()
-        if not 1 <= n_action_steps <= horizon - n_obs_steps + 1:
-            raise ValueError(
-                f"n_action_steps must be in [1, horizon - n_obs_steps + 1 = {horizon - n_obs_steps + 1}]; "
-                f"got {n_action_steps}"
-            )
-        self.n_obs_steps, self.horizon = n_obs_steps, horizon
-        self.n_action_steps, self.action_dim = n_action_steps, action_dim
+        self.n_obs_steps, self.horizon, self.action_dim = n_obs_steps, horizon, action_dim
+        self.set_n_action_steps(n_action_steps)
         self._state = PolicyState()
+
+    def set_n_action_steps(self, n_action_steps: int) -> None:
+        """Change how many actions of each chunk are executed (an inference-time choice; training is
+        unaffected). Must be in ``[1, horizon - n_obs_steps + 1]``. Call :meth:`reset` afterwards."""
+        top = self.horizon - self.n_obs_steps + 1
+        if not 1 <= n_action_steps <= top:
+            raise ValueError(
+                f"n_action_steps must be in [1, horizon - n_obs_steps + 1 = {top}]; got {n_action_steps}"
+            )
+        self.n_action_steps = int(n_action_steps)
 
     # ----------------------------------------------------------------- to implement
     @abstractmethod

@@ -45,6 +45,8 @@ class EvalConfig(CommandConfig):
         num_envs: envs stepped in lockstep with one batched policy call per step.
         device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
         num_threads: torch intra-op threads (0: torch's default).
+        n_action_steps: actions executed per predicted chunk (``None``: the trained value); an
+            inference-time choice, in ``[1, horizon - n_obs_steps + 1]``.
         perturb: perturbation profile (Hydra group ``perturb=none|nudge|slip|push``; fields of
             ``rewind.envs.wrappers.PerturbationConfig``, all off by default).
         video: episode videos.
@@ -61,6 +63,7 @@ class EvalConfig(CommandConfig):
     num_envs: int = 10
     device: str = "auto"
     num_threads: int = 0
+    n_action_steps: int | None = None
     perturb: dict[str, Any] = field(default_factory=dict)
     video: VideoConfig = field(default_factory=VideoConfig)
     store_out: str | None = None

@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from rewind.collect import store_spec_for
+from rewind.config import ConfigError
 from rewind.envs.config import build_env
 from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import EvalConfig, perturbation_config
@@ -64,6 +65,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     try:
         spec = store_spec_for(envs[0])
         policy, _ = policy_api.load_weights(folder, device, spec, cfg.env.name)
+        if cfg.n_action_steps is not None:
+            try:
+                policy.set_n_action_steps(cfg.n_action_steps)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
         version = policy_api.weights_version(folder)
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
         records = _rollouts(cfg, envs, policy, device, spec, version)
@@ -73,7 +79,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     summary = summarize(records, envs[0].unwrapped.stage_names)
     summary.update(
         env=cfg.env.name, policy_path=str(folder), policy_version=version, seed=cfg.seed,
-        num_envs=len(envs), perturb=asdict(profile), store_out=cfg.store_out, device=str(device),
+        num_envs=len(envs), n_action_steps=policy.n_action_steps, perturb=asdict(profile), store_out=cfg.store_out, device=str(device),
         videos=[r.video for r in records if r.video], wall_time_s=round(time.perf_counter() - start, 3),
     )  # fmt: skip
     _log_results(cfg, summary)

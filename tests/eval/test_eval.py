@@ -100,3 +100,13 @@ def test_policy_path_forms_and_bad_profiles(tmp_path: Path, run_dir: Path) -> No
         _eval_config(tmp_path, run_dir, perturb={"nudge_prb": 1.0})
     with pytest.raises(ConfigError, match="perturb: nudge_prob must be in"):
         _eval_config(tmp_path, run_dir, perturb={"nudge_prob": 2.0})
+
+
+def test_execution_horizon_override(tmp_path: Path, run_dir: Path) -> None:
+    """``n_action_steps`` at eval changes how often the policy replans; out of range is a user error."""
+    summary = run_eval(_eval_config(tmp_path / "a", run_dir, n_action_steps=1))
+    assert summary["n_action_steps"] == 1
+    trained = run_eval(_eval_config(tmp_path / "b", run_dir))
+    assert trained["n_action_steps"] == 4  # the tiny policy's trained value
+    with pytest.raises(ConfigError, match="n_action_steps must be in"):
+        run_eval(_eval_config(tmp_path / "c", run_dir, n_action_steps=99))
