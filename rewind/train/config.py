@@ -74,7 +74,7 @@ class OptimConfig:
 
     steps: int = 1000
     batch_size: int = 256
-    lr: float = 1e-4
+    lr: float = 5e-4
     weight_decay: float = 1e-6
     warmup_steps: int = 500
     lr_schedule: str = "cosine"
