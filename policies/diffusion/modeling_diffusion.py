@@ -58,14 +58,7 @@ class DiffusionPolicy(GuidedChunkPolicy):
 
     def __init__(self, config: DiffusionConfig, shape_meta: Mapping[str, Any]) -> None:
         super().__init__(config, shape_meta)
-        self.unet = ConditionalUnet1D(
-            self.action_dim,
-            self.feature_dim,
-            config.down_dims,
-            config.kernel_size,
-            config.n_groups,
-            config.diffusion_step_embed_dim,
-        )
+        self.unet = ConditionalUnet1D.from_config(config, self.action_dim, self.feature_dim)
         self.noise_scheduler = make_scheduler(config, "ddpm")
         self.sampler = make_scheduler(config, config.scheduler)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -128,6 +129,16 @@ class ConditionalUnet1D(nn.Module):
             nn.Conv1d(down_dims[0], action_dim, 1),
         )
         self.downsample_factor = 2 ** (n_levels - 1)
+
+    @classmethod
+    def from_config(
+        cls, config: Any, action_dim: int, cond_dim: int, time_scale: float = 1.0
+    ) -> ConditionalUnet1D:
+        """Build from a policy config with the U-Net fields (``UNetPolicyConfig``)."""
+        return cls(
+            action_dim, cond_dim, config.down_dims, config.kernel_size, config.n_groups,
+            config.diffusion_step_embed_dim, time_scale=time_scale,
+        )  # fmt: skip
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[B, H, Da]``, ``t`` ``[B]`` (or scalar), ``cond`` ``[B, F]`` -> ``[B, H, Da]``."""

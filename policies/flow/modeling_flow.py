@@ -37,14 +37,8 @@ class FlowPolicy(GuidedChunkPolicy):
 
     def __init__(self, config: FlowConfig, shape_meta: Mapping[str, Any]) -> None:
         super().__init__(config, shape_meta)
-        self.unet = ConditionalUnet1D(
-            self.action_dim,
-            self.feature_dim,
-            config.down_dims,
-            config.kernel_size,
-            config.n_groups,
-            config.diffusion_step_embed_dim,
-            time_scale=config.time_scale,
+        self.unet = ConditionalUnet1D.from_config(
+            config, self.action_dim, self.feature_dim, time_scale=config.time_scale
         )
 
     def sample_time(self, n: int, generator: torch.Generator) -> torch.Tensor:
