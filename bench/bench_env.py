@@ -30,6 +30,9 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
+import rewind  # noqa: E402, F401  (first: with OSMesa it must load triton before mujoco)
+
+# isort: split
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
