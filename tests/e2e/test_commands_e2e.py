@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from _train_helpers import run_cli as run
 
 from rewind.scripts.collect import main as collect_main
 from rewind.scripts.eval import main as eval_main
@@ -24,15 +24,6 @@ TINY_IMAGE_DIFFUSION = [
     "policy.num_train_timesteps=10", "policy.num_inference_steps=3",
 ]  # fmt: skip
 QUIET = ["wandb.mode=disabled", "progress=false"]
-
-
-def run(main: Callable[[Sequence[str]], None], args: Sequence[str]) -> int:
-    """Run an entry point in-process and return its exit status."""
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")
