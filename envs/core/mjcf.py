@@ -15,10 +15,23 @@ N_SUBSTEPS = 25
 #: Half-stroke of one finger (m): each finger slides from 0 (closed) to this (open).
 FINGER_STROKE = 0.045
 
+
 # The finger pads have contact priority 1, so a pad contact takes the pad's own friction rather than
 # the larger of the two geoms' (MuJoCo's default mixing). With every object's friction below the
 # pads' 2.0 this changes nothing nominally, and it lets ``set_finger_friction`` actually make a
 # grasp slip.
+def _finger(side: str, sign: int) -> str:
+    """One finger: a pad sliding along +-y from closed (0) to open (FINGER_STROKE)."""
+    return f"""      <body name="finger_{side}" pos="0 0 0" gravcomp="1">
+        <joint name="finger_{side}" type="slide" axis="0 {sign} 0" range="0 {FINGER_STROKE}" damping="2"
+               armature="0.01"/>
+        <inertial pos="0 0 0.02" mass="0.05" diaginertia="1e-5 1e-5 1e-5"/>
+        <geom name="finger_{side}" type="box" size="0.012 0.006 0.032" pos="0 {0.006 * sign} 0.018"
+              friction="2.0 0.02 0.002" condim="4" priority="1" rgba="0.55 0.55 0.6 1" contype="2"
+              conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
+      </body>"""
+
+
 _GRIPPER_XML = f"""
     <body name="gripper_target" mocap="true" pos="0 0 0.25">
       <site name="target_site" size="0.004" rgba="1 0 0 0.3" group="5"/>
@@ -31,20 +44,8 @@ _GRIPPER_XML = f"""
       <geom name="wrist" type="cylinder" size="0.018 0.03" pos="0 0 0.1" rgba="0.3 0.3 0.33 1"
             contype="2" conaffinity="1"/>
       <site name="grip_site" pos="0 0 0.0" size="0.004" rgba="0 1 0 0.4" group="5"/>
-      <body name="finger_left" pos="0 0 0" gravcomp="1">
-        <joint name="finger_left" type="slide" axis="0 1 0" range="0 {FINGER_STROKE}" damping="2"
-               armature="0.01"/>
-        <inertial pos="0 0 0.02" mass="0.05" diaginertia="1e-5 1e-5 1e-5"/>
-        <geom name="finger_left" type="box" size="0.012 0.006 0.032" pos="0 0.006 0.018" friction="2.0 0.02 0.002"
-              condim="4" priority="1" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
-      </body>
-      <body name="finger_right" pos="0 0 0" gravcomp="1">
-        <joint name="finger_right" type="slide" axis="0 -1 0" range="0 {FINGER_STROKE}" damping="2"
-               armature="0.01"/>
-        <inertial pos="0 0 0.02" mass="0.05" diaginertia="1e-5 1e-5 1e-5"/>
-        <geom name="finger_right" type="box" size="0.012 0.006 0.032" pos="0 -0.006 0.018" friction="2.0 0.02 0.002"
-              condim="4" priority="1" rgba="0.55 0.55 0.6 1" contype="2" conaffinity="1" solimp="0.95 0.99 0.001" solref="0.004 1"/>
-      </body>
+{_finger("left", 1)}
+{_finger("right", -1)}
     </body>
 """
 

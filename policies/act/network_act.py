@@ -18,32 +18,26 @@ from torch import nn
 from rewind.policies.act.configuration_act import ACTConfig
 
 
+def _layer_kwargs(cfg: ACTConfig) -> dict:
+    """Arguments shared by the encoder and decoder layers."""
+    return {
+        "d_model": cfg.d_model, "nhead": cfg.n_heads, "dim_feedforward": cfg.dim_feedforward,
+        "dropout": cfg.dropout, "activation": "gelu", "batch_first": True, "norm_first": cfg.pre_norm,
+    }  # fmt: skip
+
+
+def _final_norm(cfg: ACTConfig) -> nn.LayerNorm | None:
+    return nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
+
+
 def _encoder(cfg: ACTConfig, n_layers: int) -> nn.TransformerEncoder:
-    layer = nn.TransformerEncoderLayer(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.dim_feedforward,
-        cfg.dropout,
-        activation="gelu",
-        batch_first=True,
-        norm_first=cfg.pre_norm,
-    )
-    norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
-    return nn.TransformerEncoder(layer, n_layers, norm=norm, enable_nested_tensor=False)
+    layer = nn.TransformerEncoderLayer(**_layer_kwargs(cfg))
+    return nn.TransformerEncoder(layer, n_layers, norm=_final_norm(cfg), enable_nested_tensor=False)
 
 
 def _decoder(cfg: ACTConfig) -> nn.TransformerDecoder:
-    layer = nn.TransformerDecoderLayer(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.dim_feedforward,
-        cfg.dropout,
-        activation="gelu",
-        batch_first=True,
-        norm_first=cfg.pre_norm,
-    )
-    norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
-    return nn.TransformerDecoder(layer, cfg.n_decoder_layers, norm=norm)
+    layer = nn.TransformerDecoderLayer(**_layer_kwargs(cfg))
+    return nn.TransformerDecoder(layer, cfg.n_decoder_layers, norm=_final_norm(cfg))
 
 
 class ACTNetwork(nn.Module):

@@ -15,15 +15,6 @@ from rewind.policies.registry import make_config, make_policy
 from rewind.utils.seeding import torch_generator
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: the machine is shared and OpenMP spinning on busy cores is very slow."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_shapes(variant: str) -> None:
     policy = build(variant).eval()

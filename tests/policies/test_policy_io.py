@@ -25,14 +25,6 @@ from rewind.store import StoreSpec
 from rewind.utils.seeding import torch_generator
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.mark.parametrize("variant", ["ddim-sample", "flow"])
 def test_round_trip_gives_identical_predictions(tmp_path, variant: str) -> None:
     policy = build(variant, image_keys=["rgb"]).eval()
