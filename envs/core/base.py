@@ -331,6 +331,15 @@ class TaskEnv(gym.Env):
         self._renderer = None
 
     # ----------------------------------------------------------------- rewind
+    @property
+    def elapsed_steps(self) -> int:
+        """Control steps taken in this episode (a :meth:`restore` sets it back)."""
+        return self._step_count
+
+    def observation(self) -> dict[str, np.ndarray]:
+        """The observation of the current state (e.g. after :meth:`restore`)."""
+        return self._obs()
+
     def snapshot(self) -> SimSnapshot:
         """Capture the full episode state; :meth:`restore` brings it back bit-exactly."""
         physics = np.empty(self.state_dim)

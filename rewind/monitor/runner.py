@@ -1,0 +1,329 @@
+"""The closed loop of one episode: env + policy + failure monitor + checkpoint tracking + rewind.
+
+:class:`MonitoredEpisode` is stepped one control step at a time, so the evaluation CLI, the recovery
+loop and the teleop server all drive the same object:
+
+* :meth:`MonitoredEpisode.policy_step`: the policy acts; the monitor scores; the tracker updates.
+* :meth:`MonitoredEpisode.external_step`: someone else (scripted operator, person) acts.
+* :meth:`MonitoredEpisode.rewind`: go back to the latest (or a chosen) reached rewind checkpoint,
+  ``restore`` (exact simulator state, simulation only) or ``drive`` (command the gripper back to the
+  checkpoint's pose through the controller, objects stay where they are, as on a robot); then the
+  policy's queues and history are cleared.
+
+An alarm raised before any checkpoint is reached rewinds to the episode start (a checkpoint named
+``start``; in ``drive`` mode the gripper is driven back to its initial pose). With
+``auto_rewind=True`` an alarm rewinds at once while the episode's retry budget lasts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, ActionError, TaskEnv
+from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
+from rewind.monitor.conformal import Calibration
+from rewind.monitor.scores import FailureScore, policy_features
+from rewind.policies.base import ActionChunkPolicy, to_torch_obs
+
+REWIND_MODES = ("restore", "drive")
+
+
+@dataclass
+class RewindConfig:
+    """How the runner rewinds.
+
+    Attributes:
+        mode: ``restore`` (exact simulator restore) or ``drive`` (drive the gripper back).
+        max_rewinds: retry budget per episode; later alarms are logged only.
+        auto_rewind: rewind at once on an alarm (the teleop tool turns this off and asks a person).
+        drive_max_steps: step budget of one ``drive`` rewind.
+        drive_tol: position (m) / yaw (rad) tolerance at which a ``drive`` rewind has arrived.
+    """
+
+    mode: str = "restore"
+    max_rewinds: int = 3
+    auto_rewind: bool = True
+    drive_max_steps: int = 40
+    drive_tol: tuple[float, float] = (0.005, 0.05)
+
+    def __post_init__(self) -> None:
+        if self.mode not in REWIND_MODES:
+            raise ValueError(f"rewind.mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.mode}'")
+        if self.max_rewinds < 0 or self.drive_max_steps < 1:
+            raise ValueError("rewind.max_rewinds must be >= 0 and rewind.drive_max_steps >= 1")
+
+
+class Monitor:
+    """A failure score with its calibrated threshold: ``alarm`` when the score exceeds it."""
+
+    def __init__(self, score: FailureScore, calibration: Calibration | None) -> None:
+        if calibration is not None and calibration.score != score.name:
+            raise ValueError(f"calibration is for score '{calibration.score}', not '{score.name}'")
+        self.score, self.calibration = score, calibration
+
+    def threshold(self, step: int) -> float:
+        """Threshold at control step ``step`` (``inf`` when uncalibrated: the score is only recorded)."""
+        return math.inf if self.calibration is None else self.calibration.threshold_at(step)
+
+
+@dataclass
+class StepResult:
+    """One control step of a monitored episode.
+
+    Attributes:
+        step: control step index of the action (0 = first action of the episode).
+        obs: observation *before* the action; action: what was applied ``[Da]``.
+        source: who acted (``policy``, ``recovery``, ``correction``, ``human``...).
+        info: the env's info after the step; done: the episode ended.
+        score / threshold: monitor value when it produced one this step, else ``None``.
+        alarm: the score crossed the threshold this step.
+        checkpoint: a rewind checkpoint reached this step, else ``None``.
+        state: flat physics state before the action (what the store records).
+    """
+
+    step: int
+    obs: dict[str, np.ndarray]
+    action: np.ndarray
+    source: str
+    info: dict[str, Any]
+    done: bool
+    state: np.ndarray
+    score: float | None = None
+    threshold: float | None = None
+    alarm: bool = False
+    checkpoint: ReachedCheckpoint | None = None
+
+
+@dataclass
+class EpisodeLog:
+    """What happened in one episode: scores per step, events (alarms, checkpoints, rewinds)."""
+
+    seed: int
+    scores: list[float | None] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    rewinds: int = 0
+    external_steps: int = 0
+    monitor_time_s: float = 0.0
+    monitor_calls: int = 0
+
+
+def rewindable(env: gym.Env) -> Any:
+    """The outermost layer of ``env`` with ``snapshot()``/``restore()``: perturbation wrappers
+    snapshot their schedule with the simulator, so a restore also returns to the same moment of the
+    perturbation schedule (a perturbation that fired after the checkpoint fires again)."""
+    e = env
+    while not hasattr(type(e), "snapshot"):
+        if not hasattr(e, "env"):
+            raise TypeError(f"{type(env).__name__} has no snapshot()/restore() layer")
+        e = e.env
+    return e
+
+
+class MonitoredEpisode:
+    """One env driven by a policy under a monitor, with rewind to reached checkpoints.
+
+    Args:
+        env: a task env (wrapped or not); policy: an action-chunk policy (``B = 1`` is used).
+        monitor: failure monitor (``None``: no scores, no alarms).
+        tracker: checkpoint tracker (``None``: only the episode start is a checkpoint).
+        cfg: rewind settings; device: policy device; generator: the policy's sampling noise.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: ActionChunkPolicy,
+        monitor: Monitor | None = None,
+        tracker: CheckpointTracker | None = None,
+        cfg: RewindConfig | None = None,
+        device: torch.device | str = "cpu",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.env, self.policy, self.monitor, self.tracker = env, policy, monitor, tracker
+        self.base: TaskEnv = env.unwrapped  # type: ignore[assignment]
+        self.cfg = cfg or RewindConfig()
+        self.device, self.generator = torch.device(device), generator
+        self.keys = list(getattr(policy, "used_obs_keys", None) or getattr(policy, "obs_keys", None) or [])
+        self.log = EpisodeLog(-1)
+        self.obs: dict[str, np.ndarray] = {}
+        self.info: dict[str, Any] = {}
+        self.done = False
+        self._start: ReachedCheckpoint | None = None
+        self._rewindable = rewindable(env)
+
+    # ----------------------------------------------------------------- episode
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """Start an episode with env seed ``seed``; returns the first observation."""
+        self.obs, self.info = self.env.reset(seed=seed)
+        self.keys = self.keys or sorted(self.obs)
+        self.done, self.log = False, EpisodeLog(seed)
+        self._start = ReachedCheckpoint(-1, "start", 0, 1.0, self._rewindable.snapshot(), self.obs)
+        if self.tracker is not None:
+            self.tracker.reset(self._start)
+        self._clear_policy()
+        return self.obs
+
+    @property
+    def step_count(self) -> int:
+        """Control steps taken so far (rewinds in ``restore`` mode set it back)."""
+        return self.base.elapsed_steps
+
+    @property
+    def success(self) -> bool:
+        """The task is completed."""
+        return bool(self.info.get("success", False))
+
+    @property
+    def checkpoints(self) -> list[ReachedCheckpoint]:
+        """Reached rewind checkpoints, oldest first (the episode start first)."""
+        if self.tracker is not None:
+            return list(self.tracker.reached)
+        return [self._start] if self._start is not None else []
+
+    def _clear_policy(self) -> None:
+        self.policy.reset()
+        if self.monitor is not None:
+            self.monitor.score.reset()
+
+    def _torch_obs(self) -> dict[str, torch.Tensor]:
+        return to_torch_obs({k: self.obs[k][None] for k in self.keys}, self.device)
+
+    # ----------------------------------------------------------------- stepping
+    def _apply(self, action: np.ndarray, source: str) -> StepResult:
+        """Step the env with ``action``; a rejected action ends the episode as a simulation error."""
+        step, obs, state = self.step_count, self.obs, self.base.physics_state()
+        try:
+            new_obs, _, terminated, truncated, info = self.env.step(action)
+        except ActionError as exc:
+            new_obs, terminated, truncated = obs, True, False
+            info = {"stage": -1, "success": False, "sim_error": f"action rejected: {exc}"}
+        self.obs, self.info = new_obs, info
+        self.done = bool(terminated or truncated)
+        return StepResult(step, obs, np.asarray(action, dtype=np.float32), source, info, self.done, state)
+
+    def policy_step(self) -> StepResult:
+        """The policy acts for one control step; the monitor and the tracker observe it."""
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        ns = self.monitor.score.num_samples if self.monitor is not None else 1
+        action = self.policy.select_action(self._torch_obs(), ns, self.generator)[0].float().cpu().numpy()
+        res = self._apply(action, "policy")
+        t0 = time.perf_counter()
+        self._observe(res)
+        self.log.monitor_time_s += time.perf_counter() - t0
+        self.log.monitor_calls += 1
+        if res.alarm and self.cfg.auto_rewind and self.log.rewinds < self.cfg.max_rewinds and not res.done:
+            self.rewind()
+        return res
+
+    def _observe(self, res: StepResult) -> None:
+        """Score the step and track checkpoints (the per-control-step monitor cost)."""
+        score = self.monitor.score.update(self.policy) if self.monitor is not None else None
+        self.log.scores.append(score)
+        if score is not None:
+            res.score, res.threshold = score, self.monitor.threshold(res.step)  # type: ignore[union-attr]
+            res.alarm = score > res.threshold
+            if res.alarm:
+                self.event("alarm", res.step, score=round(score, 6), threshold=round(res.threshold, 6),
+                           checkpoint=self.checkpoints[-1].name if self.checkpoints else None)  # fmt: skip
+        if self.tracker is not None and not res.done:
+            hist = self.policy.get_state().obs_history
+            if hist:
+                res.checkpoint = self.tracker.update(
+                    policy_features(self.policy)[0], res.step + 1, self._rewindable, self.obs
+                )
+                if res.checkpoint is not None:
+                    self.event("checkpoint", res.checkpoint.step, checkpoint=res.checkpoint.name,
+                               similarity=round(res.checkpoint.similarity, 4))  # fmt: skip
+
+    def external_step(self, action: np.ndarray, source: str) -> StepResult:
+        """Someone other than the policy acts (``source``: ``correction``, ``human``...). The policy's
+        queue is cleared so that it starts fresh when control is handed back."""
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        self.log.external_steps += 1
+        self.log.scores.append(None)
+        res = self._apply(action, source)
+        if self.policy.get_state().obs_history:
+            self._clear_policy()
+        return res
+
+    def event(self, kind: str, step: int, **fields: Any) -> dict[str, Any]:
+        """Append an event to the episode's log and return it."""
+        ev = {"kind": kind, "step": int(step), **fields}
+        self.log.events.append(ev)
+        return ev
+
+    # ----------------------------------------------------------------- rewind
+    def rewind(
+        self, target: int | None = None, mode: str | None = None, on_step: Any = None
+    ) -> dict[str, Any]:
+        """Go back to reached checkpoint ``target`` (an index into :attr:`checkpoints`; default the
+        latest). ``on_step(StepResult)`` receives the steps of a ``drive`` rewind (source ``recovery``).
+        Returns the rewind event (its ``outcome`` is filled in when the episode ends)."""
+        mode = mode or self.cfg.mode
+        if mode not in REWIND_MODES:
+            raise ValueError(f"rewind mode must be one of [{', '.join(REWIND_MODES)}]; got '{mode}'")
+        cps = self.checkpoints
+        cp = cps[-1 if target is None else target]
+        from_step = self.step_count
+        steps = 0
+        if mode == "restore":
+            self._rewindable.restore(cp.snapshot)
+            self.obs, self.done = self.base.observation(), False
+            self.info = {"stage": self.base.stage(), "success": self.base.is_success()}
+        else:
+            steps = self._drive_to(cp, on_step)
+        if self.tracker is not None:
+            self.tracker.truncate(cp)
+        self._clear_policy()
+        self.log.rewinds += 1
+        return self.event(
+            "rewind", from_step, checkpoint=cp.name, checkpoint_step=cp.step, mode=mode, drive_steps=steps
+        )
+
+    def _drive_to(self, cp: ReachedCheckpoint, on_step: Any) -> int:
+        """Drive the gripper to the checkpoint's pose and finger command; returns the steps taken."""
+        target = np.asarray(cp.obs["eef_pos"], dtype=np.float64)
+        yaw = math.atan2(float(cp.obs["eef_yaw"][1]), float(cp.obs["eef_yaw"][0]))
+        grip_closed = float(cp.obs["gripper"][0]) < float(self.obs["gripper"][0]) - 0.005
+        steps = 0
+        while steps < self.cfg.drive_max_steps and not self.done:
+            pos_err = target - self.base.gripper_pos()
+            yaw_err = math.remainder(yaw - self.base.gripper_yaw(), 2 * math.pi)
+            if np.linalg.norm(pos_err) < self.cfg.drive_tol[0] and abs(yaw_err) < self.cfg.drive_tol[1]:
+                break
+            a = np.zeros(5, dtype=np.float32)
+            a[:3] = np.clip(pos_err / MAX_DPOS, -1, 1)
+            a[3] = np.clip(yaw_err / MAX_DYAW, -1, 1)
+            a[4] = -1.0 if grip_closed else 1.0
+            res = self._apply(a, "recovery")
+            self.log.external_steps += 1
+            self.log.scores.append(None)
+            if on_step is not None:
+                on_step(res)
+            steps += 1
+        return steps
+
+    def finish(self) -> EpisodeLog:
+        """Close the episode's log: every rewind event gets the episode's outcome."""
+        outcome = "success" if self.success else "failure"
+        for ev in self.log.events:
+            if ev["kind"] == "rewind":
+                ev["outcome"] = outcome
+        return self.log
+
+    def run(self, seed: int, max_steps: int | None = None) -> EpisodeLog:
+        """Run a whole episode under the policy (auto-rewinding per :attr:`cfg`)."""
+        self.reset(seed)
+        limit = max_steps or 10**9
+        while not self.done and self.step_count < limit:
+            self.policy_step()
+        return self.finish()
