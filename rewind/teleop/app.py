@@ -1,0 +1,138 @@
+"""``rewind-teleop``: build the env, policy, monitor and session from a config, then serve the page."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.numpy import load_file
+
+from rewind.collect import store_spec_for
+from rewind.config import ConfigError
+from rewind.envs.config import build_env
+from rewind.eval.runner import resolve_weights
+from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker
+from rewind.monitor.conformal import Calibration, CalibrationError
+from rewind.monitor.runner import Monitor
+from rewind.monitor.scores import make_score
+from rewind.policies.base import ActionChunkPolicy
+from rewind.policies.io import weights_hash
+from rewind.store import ReplayStore
+from rewind.teleop.config import TeleopConfig, TrackingConfig
+from rewind.teleop.loop import SimLoop
+from rewind.teleop.server import TeleopServer
+from rewind.teleop.session import TeleopSession
+from rewind.train import policy_api
+from rewind.train.trainer import resolve_device
+from rewind.utils.io import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+SERVER_FILE = "server.json"
+
+
+def load_calibrated_monitor(
+    folder: str | Path, weights: str, tracking: TrackingConfig
+) -> tuple[Monitor, CheckpointTracker | None]:
+    """The monitor and checkpoint tracker of a calibration folder, checked against the policy weights
+    hash ``weights``. (To be replaced by ``rewind.monitor.setup.load_monitor`` once it lands.)"""
+    folder = Path(folder)
+    cal = Calibration.load(folder)
+    cal.check_weights(weights)
+    params = cal.score_params
+    if cal.score == "stac":
+        score = make_score("stac", num_samples=int(params.get("num_samples", 32)))
+    elif cal.score == "random":
+        score = make_score("random", seed=int(params.get("seed", 0)))
+    elif cal.score == "embedding_ood":
+        ref = folder / "reference_features.safetensors"
+        if not ref.exists():
+            raise CalibrationError(f"{folder}: embedding_ood needs {ref.name} (recalibrate)")
+        score = make_score(
+            "embedding_ood", reference=load_file(str(ref))["features"], k=int(params.get("k", 5))
+        )
+    else:
+        score = make_score(cal.score)
+    tracker = None
+    if (folder / "checkpoint_library.json").exists():
+        library = CheckpointLibrary.load(folder)
+        if library.weights_hash != weights:
+            raise CalibrationError(
+                f"{folder}: checkpoint library made with other policy weights; recalibrate"
+            )
+        tracker = CheckpointTracker(library, tracking.min_similarity, tracking.patience)
+    return Monitor(score, cal), tracker
+
+
+def _load_policy(cfg: TeleopConfig, env: Any) -> tuple[ActionChunkPolicy | None, str, str]:
+    """``(policy, policy_version, weights_hash)``; ``(None, "human", "")`` without ``policy_path``."""
+    if cfg.policy_path is None:
+        return None, "human", ""
+    folder = resolve_weights(cfg.policy_path)
+    policy, _ = policy_api.load_weights(folder, resolve_device(cfg.device), store_spec_for(env), cfg.env.name)
+    if cfg.n_action_steps is not None:
+        try:
+            policy.set_n_action_steps(cfg.n_action_steps)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    return policy, policy_api.weights_version(folder), weights_hash(folder)
+
+
+def build_session(cfg: TeleopConfig) -> TeleopSession:
+    """The env, policy, monitor and session ``cfg`` describes (the store is checked, not held open)."""
+    env = build_env(cfg.env)
+    spec = store_spec_for(env)
+    with ReplayStore.open_or_create(cfg.store, spec):
+        pass  # fails now, not at the first commit, when the store has another layout
+    policy, version, digest = _load_policy(cfg, env)
+    monitor, tracker = None, None
+    if cfg.calibration is not None:
+        monitor, tracker = load_calibrated_monitor(cfg.calibration, digest, cfg.tracking)
+    session = TeleopSession(env, policy, cfg.store, spec, monitor, tracker, cfg.session_settings(),
+                            cfg.control, version, str(resolve_device(cfg.device)))  # fmt: skip
+    session.camera = cfg.view.camera
+    return session
+
+
+def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
+    """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` episodes ended."""
+    loop = SimLoop(session, cfg.control_hz, cfg.view.image_size, cfg.view.jpeg_quality)
+    loop.start()
+    server = TeleopServer(loop, cfg.host, cfg.port, cfg.token)
+    url = server.start()
+    atomic_write_json(
+        Path(cfg.out_dir) / SERVER_FILE,
+        {"url": url, "host": cfg.host, "port": server.httpd.server_address[1]},
+    )
+    log.info("teleop page: %s  (Ctrl-C to stop)", url)
+    state: dict[str, Any] = {}
+    try:
+        while loop.alive:
+            state = loop.states.wait_newer(loop.states.get()[0], timeout=0.5)[1] or state
+            if (
+                cfg.max_episodes is not None
+                and state.get("committed", 0) + state.get("discarded", 0) >= cfg.max_episodes
+            ):
+                break
+    except KeyboardInterrupt:
+        log.info("teleop: stopping (Ctrl-C)")
+    finally:
+        server.stop()
+        loop.stop()
+        session.close()
+    state = loop.states.get()[1] or state
+    return {"url": url, "store": str(cfg.store), "committed": state.get("committed", 0),
+            "discarded": state.get("discarded", 0), "last_commit": state.get("last_commit")}  # fmt: skip
+
+
+def run_teleop(cfg: TeleopConfig) -> dict[str, Any]:
+    """Entry point of ``rewind-teleop``."""
+    threads = torch.get_num_threads()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    try:
+        return serve(cfg, build_session(cfg))
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,145 @@
+"""Schema of ``rewind-teleop`` (``configs/teleop.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from rewind.config import CommandConfig, require
+from rewind.envs.config import EnvConfig
+from rewind.monitor.runner import REWIND_MODES
+from rewind.teleop.controls import ControlSettings
+from rewind.teleop.server import check_binding
+from rewind.teleop.session import SessionSettings
+from rewind.train.config import DEVICES
+
+
+@dataclass
+class ViewConfig:
+    """The streamed camera view.
+
+    Attributes:
+        camera: first camera shown (``front`` or ``top``; the page can switch).
+        image_size: side of the square frames in pixels.
+        jpeg_quality: JPEG quality of the frames (1-95).
+    """
+
+    camera: str = "front"
+    image_size: int = 256
+    jpeg_quality: int = 80
+
+    def __post_init__(self) -> None:
+        require(
+            self.camera in ("front", "top"), f"view.camera must be one of [front, top]; got '{self.camera}'"
+        )
+        require(
+            32 <= self.image_size <= 1024, f"view.image_size must be in [32, 1024]; got {self.image_size}"
+        )
+        require(
+            1 <= self.jpeg_quality <= 95, f"view.jpeg_quality must be in [1, 95]; got {self.jpeg_quality}"
+        )
+
+
+@dataclass
+class TrackingConfig:
+    """Rewind checkpoint tracking (when the calibration folder holds a checkpoint library).
+
+    Attributes:
+        min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
+        patience: steps without improvement after which a peak counts as reached.
+    """
+
+    min_similarity: float = 0.7
+    patience: int = 3
+
+    def __post_init__(self) -> None:
+        require(
+            -1.0 <= self.min_similarity <= 1.0,
+            f"tracking.min_similarity must be in [-1, 1]; got {self.min_similarity}",
+        )
+        require(self.patience >= 1, f"tracking.patience must be >= 1; got {self.patience}")
+
+
+@dataclass
+class TeleopConfig(CommandConfig):
+    """Schema of ``rewind-teleop``.
+
+    Attributes:
+        env: the task (Hydra group ``env=lift|pick_place|stack3|nut_peg``).
+        store: replay store folder the episodes are committed to (created if absent).
+        policy_path: policy weights (a ``weights/step_XXXXXX`` folder, a ``weights`` folder or a run
+            folder); ``null``: pure teleop, every step is the person's (label ``human``).
+        calibration: calibration folder from ``rewind-calibrate`` (``calibration.json`` and, when
+            present, the checkpoint library); ``null``: no monitor, no alarms.
+        host / port: where the server listens (port 0: any free port).
+        token: secret every request must carry; mandatory when ``host`` is not loopback.
+        seed: env seed of the first episode (episode ``i`` uses ``seed + i``).
+        round: the ``round`` recorded with each committed episode.
+        device / num_threads: policy device (``auto``, ``cpu``, ``cuda``, ``mps``), torch threads.
+        n_action_steps: actions executed per chunk (``null``: as trained).
+        auto_pause: pause on a monitor alarm and wait for the person.
+        start_paused: start every episode paused.
+        rewind_mode: default rewind mode (``restore`` or ``drive``; the page can choose per rewind).
+        step_when_idle: in human mode, keep stepping (zero motion) without input.
+        pre_intervention_steps: policy steps before an intervention labelled ``pre_intervention``.
+        control_hz: control rate of the simulation loop (the envs are made for 20 Hz).
+        max_episodes: stop after this many ended or discarded episodes (``null``: until Ctrl-C).
+        view / control / tracking: camera stream, input scaling, checkpoint tracking.
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    store: str = MISSING
+    policy_path: str | None = None
+    calibration: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    seed: int = 0
+    round: int = 0
+    device: str = "cpu"
+    num_threads: int = 1
+    n_action_steps: int | None = None
+    auto_pause: bool = True
+    start_paused: bool = False
+    rewind_mode: str = "restore"
+    step_when_idle: bool = False
+    pre_intervention_steps: int = 15
+    control_hz: float = 20.0
+    max_episodes: int | None = None
+    view: ViewConfig = field(default_factory=ViewConfig)
+    control: ControlSettings = field(default_factory=ControlSettings)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def __post_init__(self) -> None:
+        require(bool(self.store), "store must be a folder path (the replay store episodes are written to)")
+        require(0 <= self.port <= 65535, f"port must be in [0, 65535]; got {self.port}")
+        check_binding(self.host, self.token)
+        require(
+            self.seed >= 0 and self.round >= 0, f"seed and round must be >= 0; got {self.seed}, {self.round}"
+        )
+        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
+        require(
+            self.rewind_mode in REWIND_MODES,
+            f"rewind_mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.rewind_mode}'",
+        )
+        require(
+            self.pre_intervention_steps >= 0,
+            f"pre_intervention_steps must be >= 0; got {self.pre_intervention_steps}",
+        )
+        require(1.0 <= self.control_hz <= 100.0, f"control_hz must be in [1, 100]; got {self.control_hz}")
+        require(
+            self.max_episodes is None or self.max_episodes >= 1,
+            f"max_episodes must be >= 1; got {self.max_episodes}",
+        )
+        require(self.calibration is None or self.policy_path is not None,
+                "calibration needs policy_path (the monitor scores the policy it was calibrated for)")  # fmt: skip
+
+    def session_settings(self) -> SessionSettings:
+        """The session's settings from this config."""
+        return SessionSettings(
+            seed=self.seed, round=self.round, auto_pause=self.auto_pause, rewind_mode=self.rewind_mode,
+            start_paused=self.start_paused, step_when_idle=self.step_when_idle,
+            pre_intervention_steps=self.pre_intervention_steps,
+        )  # fmt: skip

@@ -1,0 +1,165 @@
+"""The simulation thread: runs a :class:`~rewind.teleop.session.TeleopSession` at the control rate.
+
+It is the only thread that touches the session, the env and the renderer. HTTP threads hand it
+commands through :meth:`SimLoop.submit` (executed between control steps, as soon as they arrive)
+and read what it publishes: the latest JPEG :class:`~rewind.teleop.frames.Frame` and the latest
+session state. Frames are rendered after every step and after every command that changed something;
+while paused nothing is rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewind.monitor.runner import StepResult
+from rewind.teleop.frames import Frame, FrameRenderer, Latest
+from rewind.teleop.session import TeleopCommandError, TeleopSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    """A command waiting for the simulation thread."""
+
+    name: str
+    args: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class SimLoop:
+    """Steps ``session`` at ``control_hz`` in a thread and publishes frames and state.
+
+    Args:
+        session: the teleop session (owned by this loop's thread once started).
+        control_hz: control rate (the env's is 20 Hz).
+        image_size / jpeg_quality: the streamed view.
+    """
+
+    def __init__(
+        self, session: TeleopSession, control_hz: float = 20.0, image_size: int = 256, jpeg_quality: int = 80
+    ) -> None:
+        self.session, self.period = session, 1.0 / float(control_hz)
+        self.renderer = FrameRenderer(session.episode.base, image_size, jpeg_quality)
+        self.frames: Latest[Frame] = Latest()
+        self.states: Latest[dict[str, Any]] = Latest()
+        self._commands: queue.Queue[_Pending] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="teleop-sim", daemon=True)
+        self._in_command, self._published, self._next = False, -1, 0.0
+
+    # ----------------------------------------------------------------- other threads
+    def start(self) -> None:
+        """Start the simulation thread; returns once the first frame is published."""
+        self._thread.start()
+        self.frames.wait_newer(0, timeout=60.0)
+        if not self._thread.is_alive():
+            raise RuntimeError("the teleop simulation thread failed to start (see the log)")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop stepping and wake every waiting stream."""
+        self._stop.set()
+        self._thread.join(timeout)
+        self.frames.close()
+        self.states.close()
+
+    @property
+    def alive(self) -> bool:
+        """The simulation thread is running."""
+        return self._thread.is_alive()
+
+    def submit(self, name: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """Run a session command in the simulation thread and return the new state.
+
+        Raises:
+            TeleopCommandError: the session refused the command (its message says why).
+            TimeoutError: the simulation thread did not answer within ``timeout`` s.
+        """
+        if not self.alive:
+            raise TimeoutError("the simulation thread is not running")
+        pending = _Pending(name, dict(args or {}))
+        self._commands.put(pending)
+        if not pending.done.wait(timeout):
+            raise TimeoutError(f"command '{name}' got no answer within {timeout:.0f} s")
+        if pending.error is not None:
+            raise TeleopCommandError(pending.error)
+        assert pending.result is not None
+        return pending.result
+
+    # ----------------------------------------------------------------- simulation thread
+    def _run(self) -> None:
+        self.session.step_hook = self._after_step
+        try:
+            self._publish()
+            self._next = time.monotonic()
+            while not self._stop.is_set():
+                self._tick()
+                self._next += self.period
+                if self._next < time.monotonic() - self.period:  # fell behind: no burst to catch up
+                    self._next = time.monotonic()
+                self._serve_until(self._next)
+        except Exception:
+            log.exception("teleop simulation thread crashed")
+            raise
+        finally:
+            self.session.step_hook = None
+            self.renderer.close()
+
+    def _tick(self) -> None:
+        try:
+            self.session.tick()
+        except Exception as exc:  # noqa: BLE001 - keep the server usable; the person sees the reason
+            log.exception("teleop: a control step failed")
+            self.session.pause(f"internal error in a control step: {exc!r}")
+        if self.session.version != self._published:
+            self._publish()
+
+    def _serve_until(self, deadline: float) -> None:
+        """Execute commands as they arrive until ``deadline``."""
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                pending = self._commands.get(timeout=left)
+            except queue.Empty:
+                return
+            self._execute(pending)
+            if self.session.version != self._published:
+                self._publish()
+
+    def _execute(self, pending: _Pending) -> None:
+        self._in_command = True
+        try:
+            pending.result = self.session.command(pending.name, pending.args)
+        except TeleopCommandError as exc:
+            pending.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - answered to the page, logged with its traceback
+            log.exception("teleop: command %s failed", pending.name)
+            pending.error = f"internal error: {exc!r}"
+        finally:
+            self._in_command = False
+            pending.done.set()
+
+    def _after_step(self, res: StepResult) -> None:
+        """Every executed step: publish its frame; inside a command (a ``drive`` rewind) keep the pace."""
+        self._publish(res.source)
+        if self._in_command:
+            delay = self._next - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._next = max(self._next, time.monotonic()) + self.period
+
+    def _publish(self, source: str = "") -> None:
+        s = self.session
+        jpeg = self.renderer.jpeg(s.camera)
+        self.frames.publish(Frame(jpeg, s.episode.step_count, s.input_seq, source, time.monotonic()))
+        self.states.publish(s.state())
+        self._published = s.version

@@ -1,0 +1,247 @@
+"""The teleop web server: the page, the MJPEG camera stream, the state stream and the command API.
+
+Routes (every one needs the token when the server has one: ``?token=`` or ``X-Teleop-Token``)::
+
+    GET  /                the page (static/index.html)       GET  /static/<file>  its JS and CSS
+    GET  /stream.mjpg     camera frames (multipart MJPEG; part headers X-Step, X-Input-Seq, X-Source)
+    GET  /frame.jpg       the latest frame                    GET  /api/config     bindings, commands
+    GET  /api/state       session state (JSON)                GET  /api/events     state stream (SSE)
+    POST /api/command     {"cmd": NAME, ...args} -> {"ok": true, "state": ...} | 400 {"error": ...}
+    POST /api/input       {"keys": [codes], "axes": [dx, dy, dz, dyaw]} -> {"seq": n}
+
+The server binds ``127.0.0.1`` by default; another address is refused without a token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from rewind.config import ConfigError
+from rewind.teleop.controls import COMMAND_KEYS, KEY_HELP, MOVE_KEYS, PRECISE_KEYS
+from rewind.teleop.loop import SimLoop
+from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8"}  # fmt: skip
+BOUNDARY = "rewindframe"
+MAX_BODY = 64 * 1024
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Refuse to serve on a non-loopback address without a token."""
+    if host not in LOOPBACK_HOSTS and not token:
+        raise ConfigError(
+            f"host={host} exposes the teleop server beyond this machine: set token=SECRET "
+            f"(or keep host=127.0.0.1)"
+        )
+
+
+def static_files() -> dict[str, bytes]:
+    """The page's files (``rewind/teleop/static``), by name."""
+    root = resources.files("rewind.teleop") / "static"
+    return {
+        p.name: p.read_bytes() for p in root.iterdir() if p.name.rsplit(".", 1)[-1] in ("html", "js", "css")
+    }
+
+
+class TeleopServer:
+    """HTTP front end of a :class:`SimLoop` (a ``ThreadingHTTPServer`` in a background thread).
+
+    Args:
+        loop: the running simulation; host / port: where to listen (port 0: any free port).
+        token: required from every request when set (mandatory off loopback).
+    """
+
+    def __init__(
+        self, loop: SimLoop, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+    ) -> None:
+        check_binding(host, token)
+        self.loop, self.token = loop, token or None
+        self.static = static_files()
+        self.stopping = threading.Event()
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.app = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="teleop-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The page's URL (with the token)."""
+        host, port = self.httpd.server_address[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
+
+    def start(self) -> str:
+        """Serve in the background; returns :attr:`url`."""
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and end the open streams."""
+        self.stopping.set()
+        self.loop.frames.close()
+        self.loop.states.close()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def authorized(self, headers: Any, query: dict[str, list[str]]) -> bool:
+        """The request carries the server's token (always true without one)."""
+        if self.token is None:
+            return True
+        given = headers.get("X-Teleop-Token") or (query.get("token") or [""])[0]
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def config(self) -> dict[str, Any]:
+        """What the page needs besides the state: modes, commands, key bindings."""
+        return {
+            "modes": list(MODES),
+            "commands": {k: {"args": list(a), "help": h} for k, (a, h) in COMMANDS.items()},
+            "command_keys": {k: {"cmd": c, "args": a} for k, (c, a) in COMMAND_KEYS.items()},
+            "input_keys": sorted(set(MOVE_KEYS) | PRECISE_KEYS),
+            "key_help": [list(x) for x in KEY_HELP],
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request; streams (MJPEG, SSE) hold their thread until the client leaves or the server stops."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "rewind-teleop"
+
+    @property
+    def app(self) -> TeleopServer:
+        return self.server.app  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _route(self) -> tuple[str, dict[str, list[str]]] | None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query)
+        if not self.app.authorized(self.headers, query):
+            self._send(403, b"forbidden: missing or wrong token (open the URL printed by rewind-teleop)\n",
+                       "text/plain; charset=utf-8")  # fmt: skip
+            return None
+        return parts.path, query
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        routed = self._route()
+        if routed is None:
+            return
+        path, _ = routed
+        if path in ("/", "/index.html"):
+            self._send(200, self.app.static["index.html"], STATIC_TYPES[".html"])
+        elif path.startswith("/static/") and path[8:] in self.app.static:
+            name = path[8:]
+            self._send(200, self.app.static[name], STATIC_TYPES["." + name.rsplit(".", 1)[-1]])
+        elif path == "/stream.mjpg":
+            self._stream_frames()
+        elif path == "/frame.jpg":
+            _, frame = self.app.loop.frames.get()
+            self._send(200, frame.jpeg if frame else b"", "image/jpeg")
+        elif path == "/api/state":
+            self._json(200, self.app.loop.states.get()[1] or {})
+        elif path == "/api/config":
+            self._json(200, self.app.config())
+        elif path == "/api/events":
+            self._stream_states()
+        else:
+            self._json(404, {"error": f"no such page: {path}"})
+
+    def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+        routed = self._route()
+        if routed is None:
+            return
+        path, _ = routed
+        try:
+            body = self._read_json()
+            if path == "/api/command":
+                name = body.pop("cmd", None)
+                if not isinstance(name, str):
+                    raise TeleopCommandError(f"missing 'cmd'; valid commands: {', '.join(COMMANDS)}")
+                self._json(200, {"ok": True, "state": self.app.loop.submit(name, body)})
+            elif path == "/api/input":
+                seq = self.app.loop.session.input.update(body.get("keys") or [], body.get("axes"))
+                self._json(200, {"seq": seq})
+            else:
+                self._json(404, {"error": f"no such endpoint: {path}"})
+        except (TeleopCommandError, ValueError, TypeError) as exc:
+            self._json(400, {"error": str(exc)})
+        except TimeoutError as exc:
+            self._json(503, {"error": str(exc)})
+
+    # ----------------------------------------------------------------- helpers
+    def _read_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ValueError(f"request body too large ({length} bytes)")
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"request body is not JSON ({exc})") from exc
+        if not isinstance(body, dict):
+            raise ValueError("request body must be a JSON object")
+        return body
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, json.dumps(obj).encode(), "application/json")
+
+    def _start_stream(self, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _stream_frames(self) -> None:
+        """Multipart MJPEG: each new frame as soon as it is published (skipping any missed)."""
+        self._start_stream(f"multipart/x-mixed-replace; boundary={BOUNDARY}")
+        frames, seq = self.app.loop.frames, 0
+        try:
+            while not self.app.stopping.is_set():
+                new, frame = frames.wait_newer(seq, timeout=1.0)
+                if frame is None or new == seq:
+                    continue
+                seq = new
+                head = (f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\n"
+                        f"X-Step: {frame.step}\r\nX-Input-Seq: {frame.input_seq}\r\nX-Source: {frame.source}\r\n\r\n")  # fmt: skip
+                self.wfile.write(head.encode() + frame.jpeg + b"\r\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            return
+
+    def _stream_states(self) -> None:
+        """Server-sent events: the session state each time it changes (a comment every second)."""
+        self._start_stream("text/event-stream")
+        states, seq = self.app.loop.states, 0
+        try:
+            while not self.app.stopping.is_set():
+                new, state = states.wait_newer(seq, timeout=1.0)
+                if state is None or new == seq:
+                    self.wfile.write(b": keep-alive\n\n")
+                else:
+                    seq = new
+                    self.wfile.write(b"data: " + json.dumps(state).encode() + b"\n\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            return

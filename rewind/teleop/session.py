@@ -1,0 +1,388 @@
+"""The teleop session: one monitored episode at a time, driven by a policy or a person, recorded.
+
+:class:`TeleopSession` knows nothing about HTTP: a front end calls :meth:`TeleopSession.command` with a
+command name from :data:`COMMANDS` and :meth:`TeleopSession.tick` once per control step, from one
+thread. The person's held keys arrive through :attr:`TeleopSession.input` (thread-safe).
+
+Modes (:data:`MODES`)::
+
+    autonomous --(alarm with auto_pause, P)--> paused --(P: resume, H: hand back)--> autonomous
+    autonomous/paused --(T)--> human --(T or H: hand back)--> autonomous
+    any --(rewind)--> paused;  end / discard --> the next episode starts
+
+* ``autonomous``: the policy acts each tick; the monitor scores it.
+* ``paused``: nothing moves (after an alarm, a rewind, the end of the task, or ``pause``).
+* ``human``: the person's input acts each tick (label ``human``); with ``step_when_idle=False`` the
+  simulation waits while there is no input, so no no-op steps are recorded.
+
+Every executed step (policy, the ``recovery`` steps of a ``drive`` rewind, human) goes through one
+:class:`~rewind.monitor.recording.EpisodeRecording`; ``end`` commits it atomically to the store,
+``discard`` drops it. Nothing reaches the store before ``end``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rewind.config import ConfigError
+from rewind.monitor.checkpoints import CheckpointTracker
+from rewind.monitor.recording import EpisodeRecording
+from rewind.monitor.runner import REWIND_MODES, Monitor, MonitoredEpisode, RewindConfig, StepResult
+from rewind.policies.base import ActionChunkPolicy, PolicyState
+from rewind.store import ReplayStore, StoreError, StoreSpec
+from rewind.teleop.controls import ControlSettings, HumanInput, current_grip_command
+from rewind.utils.seeding import torch_generator
+
+log = logging.getLogger(__name__)
+
+MODES = ("autonomous", "paused", "human")
+
+#: Session commands: name -> (accepted arguments, what it does).
+COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "pause": ((), "toggle: freeze the simulation / resume the mode it was in"),
+    "takeover": ((), "toggle: the person drives / hands back to the policy"),
+    "handback": ((), "the policy drives again (its queue starts fresh)"),
+    "rewind": (("target", "mode"), "go back to reached checkpoint `target` (default latest), restore|drive"),
+    "end": (("outcome",), "commit the episode as outcome=success|failure and start the next one"),
+    "discard": ((), "drop the episode (nothing is written) and start the next one"),
+    "grip": (("value",), "the person's gripper command: open|close|toggle"),
+    "auto_pause": (("value",), "pause on monitor alarms: true|false (toggle when absent)"),
+    "camera": (("name",), "switch the view camera (next one when absent)"),
+}
+GRIP_VALUES = ("open", "close", "toggle")
+#: Human-mode steps taken after a gripper command even without motion input, so the fingers move.
+GRIP_SETTLE_STEPS = 10
+OUTCOMES = ("success", "failure")
+
+
+class TeleopCommandError(ConfigError):
+    """A command that cannot be carried out now, or with these arguments (shown to the person)."""
+
+
+@dataclass
+class SessionSettings:
+    """How a teleop session runs.
+
+    Attributes:
+        seed: env seed of the first episode (episode ``i`` uses ``seed + i``; also the policy noise).
+        round: the ``round`` recorded with each committed episode.
+        auto_pause: pause when the monitor raises an alarm (the person is called in).
+        rewind_mode: default rewind mode, ``restore`` or ``drive``.
+        start_paused: start each episode paused instead of autonomous (human without a policy).
+        step_when_idle: in human mode, step (with a zero motion) even when there is no input.
+        pre_intervention_steps: policy steps before an intervention relabelled ``pre_intervention``.
+        score_history: monitor values kept for the page's chart.
+    """
+
+    seed: int = 0
+    round: int = 0
+    auto_pause: bool = True
+    rewind_mode: str = "restore"
+    start_paused: bool = False
+    step_when_idle: bool = False
+    pre_intervention_steps: int = 15
+    score_history: int = 200
+
+
+class _NoPolicy:
+    """Stands in for the policy in pure teleop (no ``policy_path``): nothing to reset, no history."""
+
+    n_obs_steps = 1
+
+    def reset(self) -> None:
+        """Nothing to forget."""
+
+    def get_state(self) -> PolicyState:
+        """An empty rollout state."""
+        return PolicyState()
+
+
+class TeleopSession:
+    """One env under a policy, a monitor and a person, episode after episode, recorded to a store.
+
+    Args:
+        env: the task env; policy: the policy (``None``: pure teleop, every step is ``human``).
+        monitor / tracker: failure monitor and checkpoint tracker (``None``: no alarms / only the
+            episode start is a checkpoint).
+        store: replay store folder (opened per commit, so the server never holds the writer lock).
+        spec: the store spec of ``env``; policy_version: recorded with each episode.
+        settings / controls: session and input settings; device: the policy's device.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: ActionChunkPolicy | None,
+        store: str | Path,
+        spec: StoreSpec,
+        monitor: Monitor | None = None,
+        tracker: CheckpointTracker | None = None,
+        settings: SessionSettings | None = None,
+        controls: ControlSettings | None = None,
+        policy_version: str = "",
+        device: str = "cpu",
+    ) -> None:
+        self.settings = settings or SessionSettings()
+        if self.settings.rewind_mode not in REWIND_MODES:
+            raise ConfigError(
+                f"rewind_mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.settings.rewind_mode}'"
+            )
+        self.has_policy, self.store_path, self.spec = policy is not None, Path(store), spec
+        self.policy_version = policy_version or ("" if policy is not None else "human")
+        cfg = RewindConfig(mode=self.settings.rewind_mode, auto_rewind=False)
+        self.episode = MonitoredEpisode(env, policy or _NoPolicy(), monitor, tracker, cfg, device)  # type: ignore[arg-type]
+        self.input = HumanInput(controls)
+        self.cameras = [env.unwrapped.model.camera(i).name for i in range(env.unwrapped.model.ncam)]
+        self.camera = self.cameras[0] if self.cameras else ""
+        self.auto_pause = self.settings.auto_pause
+        self.step_hook: Callable[[StepResult], None] | None = None
+        self.version, self.input_seq = 0, 0
+        self.episode_index, self.committed, self.discarded = -1, 0, 0
+        self.last_commit: dict[str, Any] | None = None
+        self.messages: deque[str] = deque(maxlen=12)
+        self._device = device
+        self._start_episode()
+
+    # ----------------------------------------------------------------- episodes
+    def _start_episode(self) -> None:
+        self.episode_index += 1
+        seed = self.settings.seed + self.episode_index
+        self.episode.generator = torch_generator(seed, self._device) if self.has_policy else None
+        self.episode.reset(seed)
+        self.recording = EpisodeRecording(self.settings.pre_intervention_steps)
+        self.scores: deque[tuple[int, int, float, float]] = deque(maxlen=self.settings.score_history)
+        self.alarms, self.last_alarm, self._score_seq = 0, None, 0
+        self.grip, self._grip_settle = current_grip_command(self.episode.base), 0
+        self.input.release()
+        first = "human" if not self.has_policy else "autonomous"
+        self.mode, self.resume_mode = ("paused", first) if self.settings.start_paused else (first, first)
+        self.reason = "episode started" + (" paused: press P to start" if self.settings.start_paused else "")
+        self._note(f"episode {self.episode_index} started (seed {seed})")
+
+    def _note(self, text: str) -> None:
+        self.messages.append(f"{time.strftime('%H:%M:%S')} {text}")
+        log.info("teleop: %s", text)
+        self.version += 1
+
+    def _set_mode(self, mode: str, reason: str) -> None:
+        if mode != "paused":
+            self.resume_mode = mode
+        self.mode, self.reason = mode, reason
+        self._note(f"{mode.upper()}: {reason}")
+
+    def pause(self, reason: str) -> None:
+        """Pause with ``reason`` shown to the person (a front end's own trouble, say)."""
+        self._set_mode("paused", reason)
+
+    def close(self) -> None:
+        """End the session: an unfinished episode is dropped (it was never written)."""
+        if len(self.recording):
+            log.warning(
+                "teleop: episode %d left unfinished: %d steps not written",
+                self.episode_index,
+                len(self.recording),
+            )
+
+    # ----------------------------------------------------------------- stepping
+    def tick(self) -> StepResult | None:
+        """One control step of the current mode; ``None`` when nothing moved (paused, idle, over)."""
+        ep = self.episode
+        if ep.done or self.mode == "paused":
+            return None
+        if self.mode == "autonomous":
+            return self._record(ep.policy_step())
+        motion, self.input_seq = self.input.motion()
+        if not motion.any() and not self.settings.step_when_idle and self._grip_settle <= 0:
+            return None
+        self._grip_settle = max(0, self._grip_settle - 1)
+        return self._record(ep.external_step(self.human_action(motion), "human"))
+
+    def human_action(self, motion: np.ndarray) -> np.ndarray:
+        """The env action ``[dx, dy, dz, dyaw, grip]`` for ``motion`` and the person's gripper command."""
+        return np.array([*motion, self.grip], dtype=np.float32)
+
+    def _record(self, res: StepResult) -> StepResult:
+        self.recording.add(res)
+        self.version += 1
+        if res.score is not None and res.threshold is not None:
+            self._score_seq += 1
+            self.scores.append((self._score_seq, res.step, float(res.score), float(res.threshold)))
+        if res.alarm:
+            self._on_alarm(res)
+        if res.done:
+            self._set_mode("paused", f"episode over: {self._outcome_text()}; end it, discard it or rewind")
+        if self.step_hook is not None:
+            self.step_hook(res)
+        return res
+
+    def _on_alarm(self, res: StepResult) -> None:
+        self.alarms += 1
+        self.last_alarm = {"step": res.step, "score": res.score, "threshold": res.threshold}
+        text = f"alarm at step {res.step}: score {res.score:.3g} > threshold {res.threshold:.3g}"
+        if self.auto_pause and self.mode == "autonomous" and not res.done:
+            self._set_mode("paused", text + ": rewind, take over (T) or resume (P)")
+        else:
+            self._note(text)
+
+    def _outcome_text(self) -> str:
+        info = self.episode.info
+        if info.get("sim_error"):
+            return f"simulation error ({info['sim_error']})"
+        if self.episode.success:
+            return "the task succeeded"
+        return "time limit reached"
+
+    # ----------------------------------------------------------------- commands
+    def command(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Carry out command ``name`` (:data:`COMMANDS`) with ``args``; returns :meth:`state`.
+
+        Raises:
+            TeleopCommandError: unknown command or argument, an invalid value, or a command that does
+                not apply now (its message says what to do instead).
+        """
+        args = dict(args or {})
+        if name not in COMMANDS:
+            raise TeleopCommandError(f"unknown command '{name}'; valid: {', '.join(COMMANDS)}")
+        unknown = sorted(set(args) - set(COMMANDS[name][0]))
+        if unknown:
+            valid = ", ".join(COMMANDS[name][0]) or "none"
+            raise TeleopCommandError(f"{name}: unknown argument '{unknown[0]}'; valid arguments: {valid}")
+        getattr(self, f"_cmd_{name}")(**args)
+        self.version += 1
+        return self.state()
+
+    def _require_running(self, what: str) -> None:
+        if self.episode.done:
+            raise TeleopCommandError(
+                f"{what}: the episode is over ({self._outcome_text()}); end it, discard it or rewind first"
+            )
+
+    def _require_policy(self, what: str) -> None:
+        if not self.has_policy:
+            raise TeleopCommandError(f"{what}: no policy loaded (pure teleop: start with policy_path=...)")
+
+    def _cmd_pause(self) -> None:
+        if self.mode != "paused":
+            self._set_mode("paused", f"paused from {self.mode} (press P again to resume)")
+            return
+        self._require_running("resume")
+        self._set_mode(self.resume_mode, "resumed")
+
+    def _cmd_takeover(self) -> None:
+        if self.mode == "human":
+            if self.has_policy:
+                self._cmd_handback()
+            else:
+                self._set_mode("paused", "take-over toggled off (no policy to hand back to)")
+            return
+        self._require_running("take over")
+        self.grip, self._grip_settle = current_grip_command(self.episode.base), 0
+        self._set_mode("human", "you are driving (press T again or H to hand back)")
+
+    def _cmd_handback(self) -> None:
+        self._require_policy("hand back")
+        self._require_running("hand back")
+        self.input.release()
+        self._set_mode("autonomous", "handed back to the policy")
+
+    def _cmd_rewind(self, target: int | str | None = None, mode: str | None = None) -> None:
+        mode = mode or self.settings.rewind_mode
+        if mode not in REWIND_MODES:
+            raise TeleopCommandError(f"rewind: mode must be one of [{', '.join(REWIND_MODES)}]; got '{mode}'")
+        cps = self.episode.checkpoints
+        names = ", ".join(f"{i}={c.name}" for i, c in enumerate(cps))
+        if target in (None, "latest"):
+            target = len(cps) - 1
+        if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < len(cps):
+            raise TeleopCommandError(
+                f"rewind: target must be a checkpoint index in [{names}] or 'latest'; got {target!r}"
+            )
+        if mode == "drive" and self.episode.done:
+            raise TeleopCommandError(
+                "rewind: the episode is over, a drive rewind cannot move; use mode=restore"
+            )
+        self.input.release()
+        ev = self.episode.rewind(target, mode, on_step=self._record)
+        if not self.episode.done:  # (a drive rewind that ran out of time has already paused)
+            how = f"{ev['drive_steps']} recovery steps" if mode == "drive" else "state restored"
+            self._set_mode("paused", f"rewound to '{ev['checkpoint']}' (step {ev['checkpoint_step']}, {how}): "
+                           "T to take over, H to hand back")  # fmt: skip
+
+    def _cmd_end(self, outcome: str = "") -> None:
+        if outcome not in OUTCOMES:
+            raise TeleopCommandError(f"end: outcome must be one of [{', '.join(OUTCOMES)}]; got '{outcome}'")
+        if not len(self.recording):
+            raise TeleopCommandError("end: nothing to commit (no step taken yet); use discard")
+        log_ = self.episode.finish()
+        extra = {"teleop": True, "ended_by": "person", "env_success": self.episode.success,
+                 "alarms": self.alarms, "rewinds": log_.rewinds, "events": log_.events}  # fmt: skip
+        try:
+            with ReplayStore.open_or_create(self.store_path, self.spec) as store:
+                info = self.recording.commit(store, outcome == "success", self.episode.log.seed,
+                                             self.policy_version, self.settings.round, extra)  # fmt: skip
+        except (StoreError, OSError) as exc:
+            raise TeleopCommandError(f"end: commit failed, the episode is kept, try again ({exc})") from exc
+        self.committed += 1
+        self.last_commit = {
+            "id": info.id,
+            "outcome": outcome,
+            "length": info.length,
+            "labels": info.source_counts,
+        }
+        self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
+        self._start_episode()
+
+    def _cmd_discard(self) -> None:
+        self.discarded += 1
+        self._note(f"discarded episode {self.episode_index} ({len(self.recording)} steps not written)")
+        self._start_episode()
+
+    def _cmd_grip(self, value: str = "toggle") -> None:
+        if value not in GRIP_VALUES:
+            raise TeleopCommandError(f"grip: value must be one of [{', '.join(GRIP_VALUES)}]; got '{value}'")
+        opened = self.grip < 0 if value == "toggle" else value == "open"
+        self.grip, self._grip_settle = (1.0 if opened else -1.0), GRIP_SETTLE_STEPS
+        self._note(f"gripper command: {'open' if opened else 'close'}")
+
+    def _cmd_auto_pause(self, value: bool | None = None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise TeleopCommandError(f"auto_pause: value must be true or false; got {value!r}")
+        self.auto_pause = (not self.auto_pause) if value is None else value
+        self._note(f"auto-pause on alarm {'on' if self.auto_pause else 'off'}")
+
+    def _cmd_camera(self, name: str | None = None) -> None:
+        if name is None:
+            name = self.cameras[(self.cameras.index(self.camera) + 1) % len(self.cameras)]
+        if name not in self.cameras:
+            raise TeleopCommandError(f"camera: name must be one of [{', '.join(self.cameras)}]; got '{name}'")
+        self.camera = name
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        """Everything the page shows, JSON-able."""
+        ep, mon = self.episode, self.episode.monitor
+        return {
+            "version": self.version, "mode": self.mode, "reason": self.reason, "resume_mode": self.resume_mode,
+            "has_policy": self.has_policy, "has_monitor": mon is not None and mon.calibration is not None,
+            "auto_pause": self.auto_pause, "rewind_mode": self.settings.rewind_mode,
+            "camera": self.camera, "cameras": self.cameras, "grip": "open" if self.grip >= 0 else "closed",
+            "episode": {"index": self.episode_index, "seed": ep.log.seed, "step": ep.step_count,
+                        "max_steps": ep.base.max_steps, "done": ep.done, "success": ep.success,
+                        "stage": ep.info.get("stage_name", ""), "recorded": len(self.recording),
+                        "labels": self.recording.label_counts()},
+            "threshold": None if mon is None or mon.calibration is None else mon.threshold(ep.step_count),
+            "scores": [list(s) for s in self.scores], "alarms": self.alarms, "last_alarm": self.last_alarm,
+            "checkpoints": [{"index": i, "name": c.name, "step": c.step, "similarity": round(c.similarity, 3)}
+                            for i, c in enumerate(ep.checkpoints)],
+            "committed": self.committed, "discarded": self.discarded, "last_commit": self.last_commit,
+            "messages": list(self.messages),
+        }  # fmt: skip
