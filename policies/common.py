@@ -48,6 +48,10 @@ def masked_weighted_mse(
     return (per_sample * w).sum() / w.sum().clamp_min(1e-8)
 
 
+#: Initial-noise modes of sampling policies (:meth:`ObsConditionedPolicy.set_noise_mode`).
+NOISE_MODES = ("fresh", "episode")
+
+
 class ObsConditionedPolicy(ActionChunkPolicy):
     """An :class:`ActionChunkPolicy` with a :class:`Normalizer` and an observation encoder.
 
@@ -88,6 +92,24 @@ class ObsConditionedPolicy(ActionChunkPolicy):
         self.obs_encoder = self._build_encoder(dims)
         self.feature_dim: int = self.obs_encoder.out_dim
         self._generators: dict[str, torch.Generator] = {}
+        self.noise_mode = "fresh"
+        self._episode_noise: torch.Tensor | None = None
+
+    def set_noise_mode(self, mode: str) -> None:
+        """``fresh``: new initial noise at every inference (default). ``episode``: one initial noise per
+        episode, reused by every inference until :meth:`reset` (common random numbers). With a
+        deterministic sampler (DDIM, Euler) consecutive chunks then differ only because the
+        observation changed, which is what TIDE should measure; each chunk is still a sample of the
+        policy. A rewind (``reset``) draws new noise, so a retry is a new sample."""
+        if mode not in NOISE_MODES:
+            raise ValueError(f"noise mode must be one of [{', '.join(NOISE_MODES)}]; got '{mode}'")
+        self.noise_mode = mode
+        self._episode_noise = None
+
+    def reset(self) -> None:
+        """Forget the rollout state and the episode's noise."""
+        super().reset()
+        self._episode_noise = None
 
     def _build_encoder(self, dims: Mapping[str, int]) -> nn.Module:
         cfg = self.config
@@ -186,9 +208,15 @@ class ObsConditionedPolicy(ActionChunkPolicy):
 
     def initial_noise(self, batch: int, generator: torch.Generator | None) -> torch.Tensor:
         """Standard normal ``[batch, H, Da]`` drawn on the generator's device, moved to the policy's."""
+        shape = (batch, self.horizon, self.action_dim)
+        cached = self._episode_noise
+        if self.noise_mode == "episode" and cached is not None and cached.shape == shape:
+            return cached
         dev = generator.device if generator is not None else self.device
-        x = torch.randn((batch, self.horizon, self.action_dim), generator=generator, device=dev)
-        return x.to(self.device)
+        x = torch.randn(shape, generator=generator, device=dev).to(self.device)
+        if self.noise_mode == "episode":
+            self._episode_noise = x
+        return x
 
 
 class GuidedChunkPolicy(ObsConditionedPolicy):

@@ -11,6 +11,8 @@ from omegaconf import MISSING
 from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig
 from rewind.envs.wrappers import PerturbationConfig
+from rewind.monitor.runner import RewindConfig
+from rewind.monitor.setup import MonitorConfig
 from rewind.train.config import DEVICES, WandbConfig
 
 
@@ -54,6 +56,9 @@ class EvalConfig(CommandConfig):
         round: the ``round`` recorded with rollouts written to ``store_out``.
         wandb: W&B logging of the results (``metrics.jsonl`` is always written).
         progress: show a progress bar.
+        monitor: failure monitor (Hydra group ``monitor=none|tide|...``; ``monitor.calibration=FOLDER``
+            from ``rewind-calibrate``). With a monitor, episodes run one env at a time.
+        rewind: what an alarm does (Hydra group ``rewind=restore|drive``; ``rewind.max_rewinds``).
     """
 
     policy_path: str = MISSING
@@ -70,6 +75,8 @@ class EvalConfig(CommandConfig):
     round: int = 0
     wandb: WandbConfig = field(default_factory=WandbConfig)
     progress: bool = True
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    rewind: RewindConfig = field(default_factory=RewindConfig)
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")

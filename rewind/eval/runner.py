@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from dataclasses import asdict
@@ -23,6 +24,7 @@ from rewind.eval.rollout import EpisodeRecord, RolloutObserver, run_batch
 from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy
+from rewind.policies.io import weights_hash
 from rewind.store import ReplayStore, StoreSpec
 from rewind.train import policy_api
 from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
@@ -72,7 +74,15 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                 raise ConfigError(str(exc)) from exc
         version = policy_api.weights_version(folder)
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
-        records = _rollouts(cfg, envs, policy, device, spec, version)
+        monitor_info: dict[str, Any] = {}
+        if cfg.monitor.enabled:
+            from rewind.eval.monitored import monitored_rollouts  # (imports rewind.eval.rollout)
+            from rewind.monitor.rollouts import LoadedPolicy
+
+            loaded = LoadedPolicy(policy, folder, version, weights_hash(folder))
+            records, monitor_info = monitored_rollouts(cfg, envs[0], loaded, spec)
+        else:
+            records = _rollouts(cfg, envs, policy, device, spec, version)
     finally:
         for env in envs:
             env.close()
@@ -82,6 +92,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         num_envs=len(envs), n_action_steps=policy.n_action_steps, perturb=asdict(profile), store_out=cfg.store_out, device=str(device),
         videos=[r.video for r in records if r.video], wall_time_s=round(time.perf_counter() - start, 3),
     )  # fmt: skip
+    if monitor_info:
+        summary["monitor"] = monitor_info
     _log_results(cfg, summary)
     return summary
 
@@ -138,8 +150,12 @@ def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
         scalars = {"eval/success_rate": summary["success_rate"], "eval/success_ci95_low": lo}
         scalars.update({"eval/success_ci95_high": hi, "eval/mean_length": summary["mean_length"]})
         scalars.update({f"eval/max_stage/{k}": v for k, v in summary["max_stage_histogram"].items()})
+        for k, v in summary.get("monitor", {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                scalars[f"eval/monitor/{k}"] = v
         metrics.log(scalars, step=0)
-        metrics.log_table("eval/episodes", summary["records"], step=0)
+        rows = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in summary["records"]]
+        metrics.log_table("eval/episodes", rows, step=0)
         for path in summary["videos"]:
             metrics.log_video(f"eval/video/{Path(path).stem}", path, step=0)
         metrics.summary(scalars)

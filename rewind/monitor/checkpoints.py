@@ -16,7 +16,7 @@ camera frames. The frozen policy encoder embeds the labelled windows; each check
 the embedding of highest kernel density in a PCA projection of its examples (as Rewind-IL).
 
 Online (:class:`CheckpointTracker`), the features of each control step are compared by cosine
-similarity (after removing the library's mean feature) with the template of the next checkpoint in
+similarity (after removing the mean feature of the demos) with the template of the next checkpoint in
 task order; the checkpoint counts as reached once the similarity has exceeded ``min_similarity`` and
 has not improved for ``patience`` steps; the snapshot kept is the one of the peak step.
 """
@@ -136,7 +136,7 @@ class CheckpointLibrary:
     Attributes:
         names: checkpoint names ``[K]``, ordered by their mean step in the demos.
         templates: float32 ``[K, F]`` encoder features (mean-centred).
-        mean: float32 ``[F]`` the mean feature removed before cosine similarity.
+        mean: float32 ``[F]`` the mean feature of the demos, removed before cosine similarity.
         labeler: the labeler's name; weights_hash: the policy weights whose encoder made them.
         support: demos in which each checkpoint was found.
     """
@@ -174,7 +174,7 @@ class CheckpointLibrary:
             arrays = load_file(str(folder / LIBRARY_TENSORS))
             lib = cls(meta["names"], arrays["templates"], arrays["mean"], meta["labeler"],
                       meta["weights_hash"], meta["support"])  # fmt: skip
-        except (OSError, KeyError, ValueError, TypeError) as exc:
+        except Exception as exc:  # safetensors raises its own error type on a corrupted header
             raise ValueError(f"{folder}: not a readable checkpoint library ({exc})") from exc
         if lib.templates.shape[0] != len(lib.names):
             raise ValueError(f"{folder}: {lib.templates.shape[0]} templates for {len(lib.names)} names")
@@ -198,20 +198,20 @@ def build_library(
     least ``min_support`` of them."""
     keys = list(getattr(policy, "used_obs_keys", None) or episodes[0].obs)
     found: dict[str, list[tuple[int, np.ndarray]]] = {}
-    all_feats = []
     with torch.no_grad():
         for ep in episodes:
             for t, name in labeler.label(ep, env):
                 f = policy.encode(_window(ep, t, policy.n_obs_steps, keys))[0].float().numpy()
                 found.setdefault(name, []).append((t, f))
-                all_feats.append(f)
     names = [n for n, v in found.items() if len(v) >= min_support * len(episodes)]
     if not names:
         raise ValueError(
             f"labeler '{labeler.name}' found no checkpoint in >= {min_support:.0%} of {len(episodes)} demos"
         )
     names.sort(key=lambda n: np.mean([t for t, _ in found[n]]))
-    mean = np.mean(all_feats, axis=0)
+    with torch.no_grad():  # centre on the whole demo distribution, not only the labelled steps
+        mean = np.mean([policy.encode(_window(ep, t, policy.n_obs_steps, keys))[0].float().numpy()
+                        for ep in episodes for t in range(0, ep.info.length, 4)], axis=0)  # fmt: skip
     templates = []
     for n in names:
         x = np.stack([f for _, f in found[n]]) - mean

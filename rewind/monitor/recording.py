@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rewind.monitor.runner import StepResult
 from rewind.store import EpisodeInfo, ReplayStore
 
@@ -39,9 +41,14 @@ class EpisodeRecording:
         return len(self.steps)
 
     def add(self, res: StepResult) -> None:
-        """Append a step; an intervention's first step relabels the policy steps just before it."""
+        """Append a step; an intervention's first step relabels the policy steps just before it.
+        A step whose action was rejected (non-finite) is not data and is skipped."""
+        if not np.isfinite(res.action).all():
+            return
         if res.source in OPERATOR_SOURCES and (not self.labels or self.labels[-1] not in OPERATOR_SOURCES):
-            for i in range(len(self.labels) - 1, max(-1, len(self.labels) - 1 - self.pre_intervention_steps), -1):
+            for i in range(
+                len(self.labels) - 1, max(-1, len(self.labels) - 1 - self.pre_intervention_steps), -1
+            ):
                 if self.labels[i] != "policy":
                     break
                 self.labels[i] = "pre_intervention"

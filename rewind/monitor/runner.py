@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,20 +45,26 @@ class RewindConfig:
         max_rewinds: retry budget per episode; later alarms are logged only.
         auto_rewind: rewind at once on an alarm (the teleop tool turns this off and asks a person).
         drive_max_steps: step budget of one ``drive`` rewind.
-        drive_tol: position (m) / yaw (rad) tolerance at which a ``drive`` rewind has arrived.
+        drive_pos_tol: position tolerance (m) at which a ``drive`` rewind has arrived.
+        drive_yaw_tol: yaw tolerance (rad) at which a ``drive`` rewind has arrived.
     """
 
     mode: str = "restore"
     max_rewinds: int = 3
     auto_rewind: bool = True
     drive_max_steps: int = 40
-    drive_tol: tuple[float, float] = (0.005, 0.05)
+    drive_pos_tol: float = 0.005
+    drive_yaw_tol: float = 0.05
 
     def __post_init__(self) -> None:
         if self.mode not in REWIND_MODES:
             raise ValueError(f"rewind.mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.mode}'")
-        if self.max_rewinds < 0 or self.drive_max_steps < 1:
-            raise ValueError("rewind.max_rewinds must be >= 0 and rewind.drive_max_steps >= 1")
+        if self.max_rewinds < 0:
+            raise ValueError(f"rewind.max_rewinds must be >= 0; got {self.max_rewinds}")
+        if self.drive_max_steps < 1:
+            raise ValueError(f"rewind.drive_max_steps must be >= 1; got {self.drive_max_steps}")
+        if not (self.drive_pos_tol > 0 and self.drive_yaw_tol > 0):
+            raise ValueError("rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0")
 
 
 class Monitor:
@@ -157,6 +164,8 @@ class MonitoredEpisode:
         self.done = False
         self._start: ReachedCheckpoint | None = None
         self._rewindable = rewindable(env)
+        #: Called with every executed step, in the order the env saw them (policy, drive, external).
+        self.on_step: Callable[[StepResult], None] | None = None
 
     # ----------------------------------------------------------------- episode
     def reset(self, seed: int) -> dict[str, np.ndarray]:
@@ -206,7 +215,8 @@ class MonitoredEpisode:
             info = {"stage": -1, "success": False, "sim_error": f"action rejected: {exc}"}
         self.obs, self.info = new_obs, info
         self.done = bool(terminated or truncated)
-        return StepResult(step, obs, np.asarray(action, dtype=np.float32), source, info, self.done, state)
+        executed = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+        return StepResult(step, obs, executed, source, info, self.done, state)
 
     def policy_step(self) -> StepResult:
         """The policy acts for one control step; the monitor and the tracker observe it."""
@@ -219,6 +229,7 @@ class MonitoredEpisode:
         self._observe(res)
         self.log.monitor_time_s += time.perf_counter() - t0
         self.log.monitor_calls += 1
+        self._emit(res)
         if res.alarm and self.cfg.auto_rewind and self.log.rewinds < self.cfg.max_rewinds and not res.done:
             self.rewind()
         return res
@@ -253,7 +264,14 @@ class MonitoredEpisode:
         res = self._apply(action, source)
         if self.policy.get_state().obs_history:
             self._clear_policy()
+        self._emit(res)
         return res
+
+    def _emit(self, res: StepResult, extra: Callable[[StepResult], None] | None = None) -> None:
+        if self.on_step is not None:
+            self.on_step(res)
+        if extra is not None:
+            extra(res)
 
     def event(self, kind: str, step: int, **fields: Any) -> dict[str, Any]:
         """Append an event to the episode's log and return it."""
@@ -272,6 +290,9 @@ class MonitoredEpisode:
         if mode not in REWIND_MODES:
             raise ValueError(f"rewind mode must be one of [{', '.join(REWIND_MODES)}]; got '{mode}'")
         cps = self.checkpoints
+        if target is not None and not -len(cps) <= target < len(cps):
+            names = ", ".join(f"{i}: {c.name}" for i, c in enumerate(cps))
+            raise ValueError(f"rewind target {target} is not a reached checkpoint; reached: {names}")
         cp = cps[-1 if target is None else target]
         from_step = self.step_count
         steps = 0
@@ -298,7 +319,7 @@ class MonitoredEpisode:
         while steps < self.cfg.drive_max_steps and not self.done:
             pos_err = target - self.base.gripper_pos()
             yaw_err = math.remainder(yaw - self.base.gripper_yaw(), 2 * math.pi)
-            if np.linalg.norm(pos_err) < self.cfg.drive_tol[0] and abs(yaw_err) < self.cfg.drive_tol[1]:
+            if np.linalg.norm(pos_err) < self.cfg.drive_pos_tol and abs(yaw_err) < self.cfg.drive_yaw_tol:
                 break
             a = np.zeros(5, dtype=np.float32)
             a[:3] = np.clip(pos_err / MAX_DPOS, -1, 1)
@@ -307,8 +328,7 @@ class MonitoredEpisode:
             res = self._apply(a, "recovery")
             self.log.external_steps += 1
             self.log.scores.append(None)
-            if on_step is not None:
-                on_step(res)
+            self._emit(res, on_step)
             steps += 1
         return steps
 

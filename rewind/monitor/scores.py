@@ -49,8 +49,8 @@ class FailureScore(ABC):
         """The score after the policy's latest control step, or ``None`` when no new chunk was made."""
 
     def params(self) -> dict[str, Any]:
-        """The settings to save with a calibration (JSON-able)."""
-        return {"num_samples": self.num_samples}
+        """The constructor arguments to save with a calibration (JSON-able; reference data excluded)."""
+        return {}
 
 
 class _ChunkScore(FailureScore):
@@ -76,8 +76,8 @@ class _ChunkScore(FailureScore):
         return self.compare(chunks[-2], chunks[-1], policy.n_obs_steps)
 
     def first_value(self) -> float | None:
-        """Value at the first chunk of an episode (no predecessor)."""
-        return 0.0
+        """Value at the first chunk of an episode (no predecessor: no score)."""
+        return None
 
     def compare(self, prev: ChunkRecord, new: ChunkRecord, n_obs_steps: int) -> float:
         """Score of ``new`` given ``prev``."""
@@ -95,17 +95,37 @@ def overlap(prev: ChunkRecord, new: ChunkRecord, n_obs_steps: int) -> tuple[slic
     return slice(lo - s0, hi - s0), slice(lo - s1, hi - s1)
 
 
+def _dims(dims: list[int] | None) -> list[int] | None:
+    if dims is not None and (not dims or any(int(d) < 0 for d in dims)):
+        raise ValueError(f"action dims must be a non-empty list of indices >= 0 (or null: all); got {dims}")
+    return None if dims is None else [int(d) for d in dims]
+
+
 class TideScore(_ChunkScore):
-    """TIDE: ``1/(B D T) sum (A_prev - A_new)^2`` over the overlap of consecutive chunks."""
+    """TIDE: ``1/(B D T) sum (A_prev - A_new)^2`` over the overlap of consecutive chunks.
+
+    ``dims`` selects the action dimensions compared (``None``: all). The default monitor compares the
+    continuous motion dimensions only: the binary grip command's timing jitter between consecutive
+    chunks dominates the score otherwise (see docs/monitor.md).
+    """
 
     name = "tide"
+
+    def __init__(self, dims: list[int] | None = None) -> None:
+        super().__init__()
+        self.dims = _dims(dims)
 
     def compare(self, prev: ChunkRecord, new: ChunkRecord, n_obs_steps: int) -> float:
         a, b = overlap(prev, new, n_obs_steps)
         if a.stop == a.start:
             return 0.0
         d = prev.actions[:, a] - new.actions[:, b]
+        if self.dims is not None:
+            d = d[..., self.dims]
         return float(d.square().mean())
+
+    def params(self) -> dict[str, Any]:
+        return {"dims": self.dims}
 
 
 def mmd_rbf(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -125,12 +145,15 @@ class StacScore(_ChunkScore):
     name = "stac"
     cumulative = True
 
-    def __init__(self, num_samples: int = 32) -> None:
+    def __init__(self, num_samples: int = 32, dims: list[int] | None = None) -> None:
         super().__init__()
         if num_samples < 2:
             raise ValueError(f"stac needs num_samples >= 2; got {num_samples}")
-        self.num_samples = int(num_samples)
+        self.num_samples, self.dims = int(num_samples), _dims(dims)
         self._total = 0.0
+
+    def params(self) -> dict[str, Any]:
+        return {"num_samples": self.num_samples, "dims": self.dims}
 
     def reset(self) -> None:
         super().reset()
@@ -141,7 +164,10 @@ class StacScore(_ChunkScore):
             raise ValueError("stac needs the policy to sample num_samples > 1 chunks per inference")
         a, b = overlap(prev, new, n_obs_steps)
         if a.stop > a.start:
-            self._total += mmd_rbf(prev.samples[0, :, a].flatten(1), new.samples[0, :, b].flatten(1))
+            x, y = prev.samples[0, :, a], new.samples[0, :, b]
+            if self.dims is not None:
+                x, y = x[..., self.dims], y[..., self.dims]
+            self._total += mmd_rbf(x.flatten(1), y.flatten(1))
         return self._total
 
 
@@ -162,7 +188,7 @@ class EmbeddingOODScore(_ChunkScore):
         return float(d.topk(self.k, largest=False).values.mean())
 
     def params(self) -> dict[str, Any]:
-        return {"num_samples": 1, "k": self.k, "reference_size": int(self.reference.shape[0])}
+        return {"k": self.k}
 
 
 class RandomScore(_ChunkScore):
@@ -182,7 +208,7 @@ class RandomScore(_ChunkScore):
         return float(self._rng.random())
 
     def params(self) -> dict[str, Any]:
-        return {"num_samples": 1, "seed": self.seed}
+        return {"seed": self.seed}
 
 
 def policy_features(policy: ActionChunkPolicy) -> torch.Tensor:

@@ -1,0 +1,51 @@
+"""``rewind-eval`` with a failure monitor: episodes one env at a time under
+:class:`~rewind.monitor.runner.MonitoredEpisode`, rewinding on alarms, with the event logs."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rewind.eval.config import EvalConfig
+from rewind.eval.recorders import VideoRecorder
+from rewind.monitor.rollouts import LoadedPolicy, MonitoredRecord, run_monitored
+from rewind.monitor.setup import load_monitor
+from rewind.store import ReplayStore, StoreSpec
+
+
+def monitored_rollouts(
+    cfg: EvalConfig, env: gym.Env, loaded: LoadedPolicy, spec: StoreSpec
+) -> tuple[list[MonitoredRecord], dict[str, Any]]:
+    """All ``cfg.episodes`` episodes under the monitor; returns the records and the monitor summary."""
+    monitor, tracker, info = load_monitor(cfg.monitor, loaded.policy, loaded.weights_hash, cfg.seed)
+    observers = []
+    if cfg.video.episodes:
+        seeds = set(range(cfg.seed, cfg.seed + cfg.video.episodes))
+        observers.append(VideoRecorder(Path(cfg.out_dir) / "videos", seeds, cfg.video.fps))
+    store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
+    seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
+    with store_cm as store:
+        records, _ = run_monitored(env, loaded, monitor, tracker, cfg.rewind, seeds, cfg.seed, store, cfg.round,
+                                   observers, cfg.progress, desc=f"eval {cfg.env.name} +{cfg.monitor.score}")  # fmt: skip
+    info.update(monitor_summary(records))
+    info["rewind"] = {"mode": cfg.rewind.mode, "max_rewinds": cfg.rewind.max_rewinds}
+    return records, info
+
+
+def monitor_summary(records: list[MonitoredRecord]) -> dict[str, Any]:
+    """Alarms, rewinds and monitor cost over the episodes."""
+    n = max(len(records), 1)
+    rewound = [r for r in records if r.rewinds]
+    return {
+        "episodes_with_alarm": sum(r.alarms > 0 for r in records),
+        "rewinds": sum(r.rewinds for r in records),
+        "successes_after_rewind": sum(r.success for r in rewound),
+        "episodes_rewound": len(rewound),
+        "operator_steps": sum(r.operator_steps for r in records),
+        "monitor_ms_per_step": float(np.mean([r.monitor_ms for r in records])) if records else 0.0,
+        "alarm_rate": sum(r.alarms > 0 for r in records) / n,
+    }

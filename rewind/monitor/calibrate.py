@@ -1,0 +1,142 @@
+"""``rewind-calibrate``: build the checkpoint library and calibrate a failure score for policy weights.
+
+1. Label the demos of ``data.path`` with ``monitor.labeler``; embed them with the frozen policy
+   encoder; save the checkpoint library.
+2. (``embedding_ood``) save the demos' encoder features as the reference set.
+3. Run ``episodes`` rollouts of the policy (seeds ``seed..``) with the score recorded and no rewinds;
+   keep the successful ones; split conformal threshold (or band) at ``monitor.alpha``.
+4. Save ``calibration.json`` (score, alpha, n, threshold(s), weights sha256) and a plot of the traces.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import MISSING
+
+from rewind.config import CommandConfig, require
+from rewind.envs.config import EnvConfig, build_env
+from rewind.monitor.checkpoints import build_library, make_labeler
+from rewind.monitor.conformal import calibrate, held, min_calibration_size
+from rewind.monitor.rollouts import load_policy, run_monitored
+from rewind.monitor.runner import Monitor, RewindConfig
+from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, save_reference, score_params
+from rewind.store import ReplayStore
+from rewind.train.config import DEVICES
+from rewind.train.trainer import resolve_device
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CalibrateConfig(CommandConfig):
+    """Schema of ``rewind-calibrate``.
+
+    Attributes:
+        policy_path: policy weights (as for ``rewind-eval``).
+        env: the task (Hydra group ``env=``).
+        data_path: the demo store the policy was trained on (checkpoint labels, reference features).
+        max_demos: demos used for the checkpoint library (the first ones of the store).
+        monitor: the score and its settings (Hydra group ``monitor=``; ``none`` is refused here).
+        episodes: calibration rollouts (only the successful ones calibrate).
+        seed: env seed of the first calibration rollout (keep it apart from evaluation seeds).
+        n_action_steps: executed actions per chunk (``None``: as trained); must match evaluation.
+        device / num_threads / progress: as for ``rewind-eval``.
+    """
+
+    policy_path: str = MISSING
+    env: EnvConfig = field(default_factory=EnvConfig)
+    data_path: str = MISSING
+    max_demos: int = 50
+    monitor: MonitorConfig = field(default_factory=lambda: MonitorConfig(score="tide"))
+    episodes: int = 50
+    seed: int = 20000
+    n_action_steps: int | None = None
+    device: str = "auto"
+    num_threads: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.monitor.enabled, "rewind-calibrate needs a score: monitor=tide|stac|embedding_ood|random"
+        )
+        require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
+        require(self.max_demos >= 1, f"max_demos must be >= 1; got {self.max_demos}")
+        require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
+        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+
+
+def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal: Any) -> None:
+    """Score traces of the calibration rollouts with the threshold (or band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for tr, ok in zip(traces, success, strict=True):
+        ax.plot(held(tr), color="tab:blue" if ok else "tab:red", alpha=0.4, lw=0.8)
+    if cal.band is not None:
+        ax.plot(cal.band, color="k", lw=1.5, label="band")
+    else:
+        ax.axhline(cal.threshold, color="k", lw=1.5, label=f"threshold (alpha={cal.alpha})")
+    ax.set(
+        xlabel="control step",
+        ylabel=cal.score,
+        title=f"{cal.score}: calibration rollouts (blue ok, red failed)",
+    )
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+    """Entry point of ``rewind-calibrate``; returns the summary."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    env = build_env(cfg.env)
+    try:
+        loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
+        with ReplayStore.open(cfg.data_path) as store:
+            demos = [store.load(i.id) for i in store.episodes(success=True)[: cfg.max_demos]]
+        require(bool(demos), f"data_path {cfg.data_path}: no successful episodes to label")
+        library = build_library(
+            loaded.policy, demos, env.unwrapped, make_labeler(cfg.monitor.labeler), loaded.weights_hash
+        )
+        library.save(out)
+        log.info("checkpoint library (%s): %s", cfg.monitor.labeler, ", ".join(library.names))
+        reference = None
+        if cfg.monitor.score == "embedding_ood":
+            reference = encode_episodes(loaded.policy, demos)
+            save_reference(out, reference)
+        score = build_score(
+            cfg.monitor.score, score_params(cfg.monitor.score, cfg.monitor, cfg.seed), reference
+        )
+        seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
+        records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
+                                        seeds, cfg.seed, progress=cfg.progress, desc="calibrate")  # fmt: skip
+    finally:
+        env.close()
+    ok = [r.success for r in records]
+    good = [t for t, s in zip(traces, ok, strict=True) if s]
+    log.info("calibration rollouts: %d/%d successful (alpha=%s needs >= %d)", len(good), len(ok),
+             cfg.monitor.alpha, min_calibration_size(cfg.monitor.alpha) * (2 if cfg.monitor.band else 1))  # fmt: skip
+    cal = calibrate(good, score.name, cfg.monitor.alpha, loaded.weights_hash, band=cfg.monitor.band,
+                    score_params=score.params(), env=cfg.env.name, n_action_steps=loaded.policy.n_action_steps)  # fmt: skip
+    cal.save(out)
+    _plot(out / "calibration.png", traces, ok, cal)
+    return {
+        "calibration": str(out), "score": cal.score, "alpha": cal.alpha, "n": cal.n,
+        "threshold": cal.threshold, "band": cal.band is not None, "episodes": len(ok),
+        "success_rate": float(np.mean(ok)), "checkpoints": library.names, "checkpoint_support": library.support,
+        "policy_path": str(loaded.folder), "policy_version": loaded.version,
+    }  # fmt: skip

@@ -1,0 +1,175 @@
+"""Building a monitor from configuration and a calibration folder (what every command shares).
+
+A *calibration folder* (written by ``rewind-calibrate``) holds:
+
+* ``calibration.json``: the calibrated score (:class:`~rewind.monitor.conformal.Calibration`);
+* ``checkpoint_library.json`` + ``.safetensors``: the rewind checkpoint templates;
+* ``reference_features.safetensors``: training features, for the ``embedding_ood`` score only.
+
+All three are data (JSON, safetensors); loading them executes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from rewind.config import ConfigError, require
+from rewind.monitor.checkpoints import LABELERS, LIBRARY_JSON, CheckpointLibrary, CheckpointTracker
+from rewind.monitor.conformal import Calibration, CalibrationError
+from rewind.monitor.runner import Monitor
+from rewind.monitor.scores import SCORES, FailureScore, make_score
+from rewind.policies.base import ActionChunkPolicy
+from rewind.store import Episode
+
+REFERENCE_FILE = "reference_features.safetensors"
+
+
+@dataclass
+class MonitorConfig:
+    """The failure monitor (Hydra group ``monitor=none|tide|stac|embedding_ood|random``).
+
+    Attributes:
+        score: failure score name, or ``none`` (no monitor).
+        calibration: calibration folder from ``rewind-calibrate`` (needed to raise alarms).
+        alpha: target false-alarm rate on successful rollouts (calibration).
+        band: calibrate a time-varying band instead of one threshold.
+        num_samples: chunks sampled per inference (``stac`` only).
+        action_dims: action dimensions ``tide`` and ``stac`` compare (``null``: all). Default: the
+            continuous motion ``[dx, dy, dz, dyaw]``, leaving out the binary grip command.
+        knn: neighbours averaged by ``embedding_ood``.
+        labeler: rewind checkpoint labeler (``stage`` or ``gripper``).
+        min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
+        patience: steps without improvement after which a peak counts as reached.
+        track_checkpoints: track the library (else only the episode start is a checkpoint).
+    """
+
+    score: str = "none"
+    calibration: str | None = None
+    alpha: float = 0.05
+    band: bool = False
+    num_samples: int = 32
+    action_dims: list[int] | None = field(default_factory=lambda: [0, 1, 2, 3])
+    knn: int = 5
+    labeler: str = "stage"
+    min_similarity: float = 0.7
+    patience: int = 3
+    track_checkpoints: bool = True
+
+    def __post_init__(self) -> None:
+        valid = ("none", *SCORES)
+        require(self.score in valid, f"monitor.score must be one of [{', '.join(valid)}]; got '{self.score}'")
+        require(0.0 < self.alpha < 1.0, f"monitor.alpha must be in (0, 1); got {self.alpha}")
+        require(self.num_samples >= 2, f"monitor.num_samples must be >= 2; got {self.num_samples}")
+        require(self.knn >= 1, f"monitor.knn must be >= 1; got {self.knn}")
+        require(
+            self.labeler in LABELERS,
+            f"monitor.labeler must be one of [{', '.join(LABELERS)}]; got '{self.labeler}'",
+        )
+        require(
+            -1.0 <= self.min_similarity <= 1.0,
+            f"monitor.min_similarity must be in [-1, 1]; got {self.min_similarity}",
+        )
+        require(
+            self.action_dims is None or (len(self.action_dims) > 0 and min(self.action_dims) >= 0),
+            f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
+        )
+        require(self.patience >= 1, f"monitor.patience must be >= 1; got {self.patience}")
+
+    @property
+    def enabled(self) -> bool:
+        """A score is selected."""
+        return self.score != "none"
+
+
+def score_params(name: str, cfg: MonitorConfig, seed: int = 0) -> dict[str, Any]:
+    """Constructor arguments of score ``name`` from ``cfg`` (what a calibration saves)."""
+    return {"tide": {"dims": cfg.action_dims}, "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
+            "embedding_ood": {"k": cfg.knn}, "random": {"seed": seed}}[name]  # fmt: skip
+
+
+def build_score(name: str, params: dict[str, Any], reference: np.ndarray | None = None) -> FailureScore:
+    """The score ``name`` with ``params`` (see :func:`score_params`); ``reference``: ``embedding_ood``."""
+    if name == "embedding_ood":
+        if reference is None:
+            raise ConfigError("monitor.score=embedding_ood needs reference features (calibrate it first)")
+        return make_score(name, reference=reference, **params)
+    try:
+        return make_score(name, **params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"monitor score '{name}': {exc}") from exc
+
+
+def encode_episodes(policy: ActionChunkPolicy, episodes: list[Episode], stride: int = 2) -> np.ndarray:
+    """Encoder features ``[N, F]`` of every ``stride``-th window of ``episodes`` (``embedding_ood``)."""
+    keys = list(getattr(policy, "used_obs_keys", None) or episodes[0].obs)
+    to = policy.n_obs_steps
+    feats = []
+    with torch.no_grad():
+        for ep in episodes:
+            t = np.arange(0, ep.info.length, stride)
+            idx = np.clip(t[:, None] + np.arange(-to + 1, 1)[None], 0, None)
+            window = {k: torch.as_tensor(ep.obs[k][idx]).float() for k in keys}
+            feats.append(policy.encode(window).float().numpy())
+    return np.concatenate(feats)
+
+
+def save_reference(folder: str | Path, features: np.ndarray) -> None:
+    """Write ``reference_features.safetensors`` atomically."""
+    tmp = Path(folder) / (REFERENCE_FILE + ".tmp")
+    save_file({"features": np.ascontiguousarray(features, dtype=np.float32)}, str(tmp))
+    tmp.replace(Path(folder) / REFERENCE_FILE)
+
+
+def load_reference(folder: str | Path) -> np.ndarray | None:
+    """The reference features of a calibration folder, or ``None`` when it has none."""
+    path = Path(folder) / REFERENCE_FILE
+    if not path.exists():
+        return None
+    try:
+        return load_file(str(path))["features"]
+    except Exception as exc:  # safetensors raises its own error type on a corrupted header
+        raise CalibrationError(f"{path}: not readable reference features ({exc})") from exc
+
+
+def load_monitor(
+    cfg: MonitorConfig, policy: ActionChunkPolicy, weights_hash: str, seed: int = 0
+) -> tuple[Monitor | None, CheckpointTracker | None, dict[str, Any]]:
+    """The monitor and checkpoint tracker that ``cfg`` asks for, checked against the policy weights.
+
+    Returns ``(monitor, tracker, info)``; ``monitor`` is ``None`` when ``cfg.score == 'none'``.
+
+    Raises:
+        CalibrationError: the calibration is missing, unreadable, for another score or other weights.
+    """
+    if not cfg.enabled:
+        return None, None, {}
+    if not cfg.calibration:
+        raise CalibrationError(
+            f"monitor.score={cfg.score} needs monitor.calibration=FOLDER (from rewind-calibrate)"
+        )
+    folder = Path(cfg.calibration)
+    cal = Calibration.load(folder)
+    if cal.score != cfg.score:
+        raise CalibrationError(f"{folder}: calibrated for score '{cal.score}', but monitor.score={cfg.score}")
+    cal.check_weights(weights_hash)
+    if cal.n_action_steps and cal.n_action_steps != policy.n_action_steps:
+        raise CalibrationError(f"{folder}: calibrated with n_action_steps={cal.n_action_steps}, but the policy "
+                               f"executes {policy.n_action_steps}: use the same setting or recalibrate")  # fmt: skip
+    score = build_score(cfg.score, cal.score_params, load_reference(folder))
+    tracker = None
+    if cfg.track_checkpoints and (folder / LIBRARY_JSON).exists():
+        library = CheckpointLibrary.load(folder)
+        if library.weights_hash != weights_hash:
+            raise CalibrationError(
+                f"{folder}: checkpoint library made with other policy weights; recalibrate"
+            )
+        tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience)
+    info = {"score": cal.score, "alpha": cal.alpha, "n": cal.n, "threshold": cal.threshold,
+            "band": cal.band is not None, "checkpoints": tracker.library.names if tracker else []}  # fmt: skip
+    return Monitor(score, cal), tracker, info

@@ -1,0 +1,113 @@
+"""The monitor commands end to end with a tiny policy: rewind-calibrate, rewind-eval with a monitor,
+rewind-monitor-eval; and their refusals."""
+
+import json
+
+import numpy as np
+import torch
+from _train_helpers import run_cli
+
+from rewind.envs.registry import make_env
+from rewind.monitor import Calibration
+from rewind.monitor.detection import ScoredEpisode, auroc, detection_metrics, first_alarm, point_of_no_return
+from rewind.monitor.rollouts import load_policy
+from rewind.monitor.runner import MonitoredEpisode, rewindable
+from rewind.scripts.calibrate import main as calibrate_main
+from rewind.scripts.eval import main as eval_main
+from rewind.scripts.monitor_eval import main as monitor_eval_main
+
+
+def _common(tiny_run) -> list[str]:
+    return [f"policy_path={tiny_run['train']}", "env=lift", "device=cpu", "progress=false"]
+
+
+def test_calibrate_states_the_minimum_n(tiny_run, tmp_path, capsys) -> None:
+    args = [*_common(tiny_run), f"data_path={tiny_run['store']}", "episodes=2", f"out_dir={tmp_path / 'cal'}"]
+    assert run_cli(calibrate_main, args) == 2  # the tiny policy never succeeds
+    err = capsys.readouterr().err
+    assert "needs at least 19 successful calibration rollouts; got 0" in err
+    assert (tmp_path / "cal" / "checkpoint_library.json").exists()  # the library was built first
+    assert run_cli(calibrate_main, [*args[:-1], "monitor=none", f"out_dir={tmp_path / 'c2'}"]) == 2
+
+
+def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tmp_path, capsys) -> None:
+    env = make_env("lift")
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
+    env.close()
+    cal_dir = tmp_path / "cal"
+    Calibration("tide", 0.5, 1, 1e-12, loaded.weights_hash, score_params={"dims": None}, env="lift",
+                n_action_steps=loaded.policy.n_action_steps).save(cal_dir)  # fmt: skip
+    store = tmp_path / "rollouts"
+    args = [*_common(tiny_run), "episodes=2", "monitor=tide", f"monitor.calibration={cal_dir}", "rewind=restore",
+            "rewind.max_rewinds=2", f"store_out={store}", "wandb.mode=disabled"]  # fmt: skip
+    assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev'}"]) == 0
+    summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
+    assert summary["monitor"]["rewinds"] == 4 and summary["monitor"]["rewind"]["mode"] == "restore"
+    events = summary["records"][0]["events"]
+    assert [e["kind"] for e in events].count("rewind") == 2
+    assert {"step", "score", "threshold", "checkpoint"} <= set(events[0])
+    from rewind.store import ReplayStore
+
+    with ReplayStore.open(store) as st:
+        infos = st.episodes()
+        assert len(infos) == 2 and infos[0].extra["rewinds"] == 2
+    Calibration("tide", 0.5, 1, 1e-12, "0" * 64).save(cal_dir)  # made for other weights
+    assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev2'}"]) == 2
+    assert "recalibrate" in capsys.readouterr().err
+    assert run_cli(eval_main, [*args[:-3], "rewind.mode=rewire", f"out_dir={tmp_path / 'ev3'}"]) == 2
+
+
+def test_monitor_eval_refuses_unknown_detector(tiny_run, tmp_path, capsys) -> None:
+    args = [
+        *_common(tiny_run),
+        f"data_path={tiny_run['store']}",
+        "detectors=[tide,vibes]",
+        f"out_dir={tmp_path}",
+    ]
+    assert run_cli(monitor_eval_main, args) == 2
+    assert "embedding_ood" in capsys.readouterr().err
+    args = [
+        *_common(tiny_run),
+        f"data_path={tiny_run['store']}",
+        "conditions=[earthquake]",
+        f"out_dir={tmp_path}",
+    ]
+    assert run_cli(monitor_eval_main, args) == 2
+
+
+def _ep(seed: int, success: bool, values: list[float]) -> ScoredEpisode:
+    return ScoredEpisode(seed, success, len(values), {"s": list(values)})
+
+
+def test_detection_metrics_on_known_traces() -> None:
+    eps = [
+        _ep(0, True, [0.1, 0.2]),
+        _ep(1, True, [0.1, 0.9]),
+        _ep(2, False, [0.1, 0.5, 2.0]),
+        _ep(3, False, [0.3]),
+    ]
+    m = detection_metrics(eps, "s", 0.4, {2: 3, 3: None})
+    assert m["tpr"] == 0.5 and m["fpr"] == 0.5 and m["balanced_accuracy"] == 0.5
+    assert m["lead_times"] == [2]  # alarm at step 1, point of no return at step 3
+    assert auroc([2.0, 0.3], [0.2, 0.9]) == 0.75  # 3 of the 4 (failure, success) pairs ordered
+    assert first_alarm([None, 0.5, 0.1], [1.0, 0.4, 0.0]) == 1
+
+
+def test_point_of_no_return_with_the_real_operator(tiny_run) -> None:
+    """An object pushed off the table cannot be fetched: the search finds the step it happened."""
+    from rewind.envs.registry import make_operator
+
+    env = make_env("lift")
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
+    ep = MonitoredEpisode(env, loaded.policy)
+    ep.reset(2)
+    base, snaps = env.unwrapped, []
+    for t in range(0, 24, 4):
+        if t == 12:
+            base.nudge_object(base.object_names[0], np.array([0.6, 0.0]))
+        snaps.append((t, rewindable(env).snapshot()))
+        for _ in range(4):
+            ep.policy_step()
+    rec = ScoredEpisode(2, False, 24, {}, snaps)
+    assert point_of_no_return(ep, make_operator("lift"), rec, budget=200) == 12
+    env.close()

@@ -1,0 +1,130 @@
+"""The closed loop with a real (tiny) policy in real MuJoCo: alarms, restore/drive rewinds, budgets,
+hand-over, recording labels."""
+
+import numpy as np
+import pytest
+import torch
+
+from rewind.envs.registry import make_env
+from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, build_library, make_score
+from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker, ReachedCheckpoint, StageLabeler
+from rewind.monitor.recording import EpisodeRecording
+from rewind.monitor.rollouts import load_policy
+from rewind.monitor.scores import policy_features
+from rewind.store import ReplayStore
+
+
+@pytest.fixture()
+def parts(tiny_run):
+    env = make_env("lift")
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
+    yield env, loaded
+    env.close()
+
+
+def _always_alarm(loaded) -> Monitor:
+    return Monitor(make_score("tide"), Calibration("tide", 0.5, 1, -1.0, loaded.weights_hash))
+
+
+def test_restore_rewind_returns_to_the_exact_start(parts) -> None:
+    env, loaded = parts
+    ep = MonitoredEpisode(env, loaded.policy, _always_alarm(loaded), None, RewindConfig(max_rewinds=2),
+                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    obs0 = {k: v.copy() for k, v in ep.reset(5).items()}
+    steps = 0
+    while ep.log.rewinds == 0:
+        ep.policy_step()
+        steps += 1
+    assert steps == loaded.policy.n_action_steps + 1  # the second chunk is the first one scored
+    assert ep.step_count == 0 and all(np.array_equal(ep.obs[k], obs0[k]) for k in obs0)
+    assert ep.policy.get_state().obs_history == []  # the policy restarts fresh
+    while not ep.done and ep.step_count < 40:
+        ep.policy_step()
+    log = ep.finish()
+    assert log.rewinds == 2  # the retry budget
+    kinds = [e["kind"] for e in log.events]
+    assert kinds.count("rewind") == 2 and kinds.count("alarm") >= 3
+    rewind = next(e for e in log.events if e["kind"] == "rewind")
+    assert rewind["checkpoint"] == "start" and rewind["mode"] == "restore" and rewind["outcome"] == "failure"
+
+
+def test_drive_rewind_moves_the_gripper_back_and_labels_recovery(parts) -> None:
+    env, loaded = parts
+    ep = MonitoredEpisode(env, loaded.policy, None, None, RewindConfig(mode="drive", drive_max_steps=60))
+    ep.reset(3)
+    start = env.unwrapped.gripper_pos().copy()
+    rec = EpisodeRecording(pre_intervention_steps=2)
+    ep.on_step = rec.add
+    for _ in range(3):
+        ep.policy_step()
+    for _ in range(10):  # somebody pushes the gripper away
+        ep.external_step(np.array([1.0, 1.0, 1.0, 0.0, 1.0], np.float32), "human")
+    assert np.linalg.norm(env.unwrapped.gripper_pos() - start) > 0.1
+    ev = ep.rewind()
+    assert ev["mode"] == "drive" and ev["drive_steps"] > 0
+    assert np.linalg.norm(env.unwrapped.gripper_pos() - start) < 0.02
+    assert rec.labels[:3] == ["policy", "pre_intervention", "pre_intervention"]
+    assert rec.labels[3:13] == ["human"] * 10 and set(rec.labels[13:]) == {"recovery"}
+    assert rec.operator_steps == 10 + ev["drive_steps"]
+
+
+def test_library_similarity_peaks_at_the_labelled_step(parts, tiny_run) -> None:
+    env, loaded = parts
+    with ReplayStore.open(tiny_run["store"]) as store:
+        demos = [store.load(i.id) for i in store.episodes()]
+    lib = build_library(loaded.policy, demos, env.unwrapped, StageLabeler(), loaded.weights_hash)
+    assert lib.names == ["after_grasp"] and lib.support == [len(demos)]
+    tracker = CheckpointTracker(lib, min_similarity=0.0, patience=1)
+    ep = MonitoredEpisode(env, loaded.policy, None, tracker, RewindConfig())
+    demo = demos[0]
+    ep.reset(int(demo.info.seed))
+    sims = []
+    for a in demo.actions:  # replay the demo; the tracker sees the policy's observation window
+        loaded.policy.select_action({k: torch.as_tensor(ep.obs[k][None]).float() for k in ep.keys})
+        ep._apply(a, "policy")
+        f = policy_features(loaded.policy)[0] - torch.as_tensor(lib.mean)
+        sims.append(
+            float(f @ torch.as_tensor(lib.templates[0])) / float(f.norm() * np.linalg.norm(lib.templates[0]))
+        )
+        if ep.done:
+            break
+    label = StageLabeler().label(demo, env.unwrapped)[0][0]
+    assert abs(int(np.argmax(sims)) - label) <= 3 and max(sims) > 0
+
+
+def test_rewind_to_a_chosen_checkpoint(parts) -> None:
+    env, loaded = parts
+    lib = CheckpointLibrary(["a"], np.ones((1, loaded.policy.feature_dim), np.float32),
+                            np.zeros(loaded.policy.feature_dim, np.float32), "stage", loaded.weights_hash, [1])  # fmt: skip
+    tracker = CheckpointTracker(lib)
+    ep = MonitoredEpisode(env, loaded.policy, None, tracker, RewindConfig())
+    ep.reset(1)
+    for _ in range(6):
+        ep.policy_step()
+    snap_obs = {k: v.copy() for k, v in ep.obs.items()}
+    tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), snap_obs))
+    for _ in range(5):
+        ep.policy_step()
+    ev = ep.rewind(target=1)
+    assert ev["checkpoint"] == "a" and ep.step_count == 6
+    assert all(np.array_equal(ep.obs[k], snap_obs[k]) for k in snap_obs)
+    with pytest.raises(ValueError, match="0: start, 1: a"):
+        ep.rewind(target=5)
+
+
+def test_recording_commits_labels_atomically(parts, tmp_path) -> None:
+    env, loaded = parts
+    from rewind.collect import store_spec_for
+
+    ep = MonitoredEpisode(env, loaded.policy)
+    ep.reset(0)
+    rec = EpisodeRecording(pre_intervention_steps=1)
+    ep.on_step = rec.add
+    ep.policy_step()
+    ep.policy_step()
+    ep.external_step(np.zeros(5, np.float32), "correction")
+    with ReplayStore.create(tmp_path / "s", store_spec_for(env)) as store:
+        info = rec.commit(store, success=False, seed=0, extra={"events": []})
+        back = store.load(info.id)
+    assert back.source_names == ["policy", "pre_intervention", "correction"]
+    assert info.n_operator_steps == 1
