@@ -246,9 +246,9 @@ class CheckpointTracker:
 
     def __init__(self, library: CheckpointLibrary, min_similarity: float = 0.8, patience: int = 3) -> None:
         self.library, self.min_similarity, self.patience = library, float(min_similarity), int(patience)
-        t = torch.as_tensor(library.templates, dtype=torch.float32)
-        self._templates = t / t.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        self._mean = torch.as_tensor(library.mean, dtype=torch.float32)
+        t = np.asarray(library.templates, dtype=np.float32)
+        self._templates = t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+        self._mean = np.asarray(library.mean, dtype=np.float32)
         self.reached: list[ReachedCheckpoint] = []
         self._best: tuple[float, int, Any, dict[str, np.ndarray]] | None = None
         self._since = 0
@@ -275,8 +275,8 @@ class CheckpointTracker:
         k = self.next_index
         if k >= len(self.library.names):
             return None
-        f = features.reshape(-1).float() - self._mean
-        sim = float(f @ self._templates[k]) / max(float(f.norm()), 1e-12)
+        f = np.asarray(features, dtype=np.float32).reshape(-1) - self._mean
+        sim = float(f @ self._templates[k]) / max(float(np.sqrt(f @ f)), 1e-12)
         if sim >= self.min_similarity and (self._best is None or sim > self._best[0]):
             self._best, self._since = (sim, step, env.snapshot(), obs), 0
             return None

@@ -30,7 +30,8 @@ import torch
 from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, ActionError, TaskEnv
 from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
 from rewind.monitor.conformal import Calibration
-from rewind.monitor.scores import FailureScore, policy_features
+from rewind.monitor.features import FeatureExtractor
+from rewind.monitor.scores import FailureScore
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
 
 REWIND_MODES = ("restore", "drive")
@@ -164,6 +165,7 @@ class MonitoredEpisode:
         self.done = False
         self._start: ReachedCheckpoint | None = None
         self._rewindable = rewindable(env)
+        self._features = FeatureExtractor(policy) if tracker is not None else None
         #: Called with every executed step, in the order the env saw them (policy, drive, external).
         self.on_step: Callable[[StepResult], None] | None = None
 
@@ -176,6 +178,7 @@ class MonitoredEpisode:
         self._start = ReachedCheckpoint(-1, "start", 0, 1.0, self._rewindable.snapshot(), self.obs)
         if self.tracker is not None:
             self.tracker.reset(self._start)
+        self._reset_features()
         self._clear_policy()
         return self.obs
 
@@ -196,6 +199,11 @@ class MonitoredEpisode:
             return list(self.tracker.reached)
         return [self._start] if self._start is not None else []
 
+    def _reset_features(self) -> None:
+        if self._features is not None:
+            self._features.reset()
+            self._features.push(self.obs)
+
     def _clear_policy(self) -> None:
         self.policy.reset()
         if self.monitor is not None:
@@ -215,6 +223,8 @@ class MonitoredEpisode:
             info = {"stage": -1, "success": False, "sim_error": f"action rejected: {exc}"}
         self.obs, self.info = new_obs, info
         self.done = bool(terminated or truncated)
+        if self._features is not None:
+            self._features.push(new_obs)
         executed = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
         return StepResult(step, obs, executed, source, info, self.done, state)
 
@@ -244,15 +254,12 @@ class MonitoredEpisode:
             if res.alarm:
                 self.event("alarm", res.step, score=round(score, 6), threshold=round(res.threshold, 6),
                            checkpoint=self.checkpoints[-1].name if self.checkpoints else None)  # fmt: skip
-        if self.tracker is not None and not res.done:
-            hist = self.policy.get_state().obs_history
-            if hist:
-                res.checkpoint = self.tracker.update(
-                    policy_features(self.policy)[0], res.step + 1, self._rewindable, self.obs
-                )
-                if res.checkpoint is not None:
-                    self.event("checkpoint", res.checkpoint.step, checkpoint=res.checkpoint.name,
-                               similarity=round(res.checkpoint.similarity, 4))  # fmt: skip
+        if self.tracker is not None and self._features is not None and not res.done:
+            feats = self._features.features()
+            res.checkpoint = self.tracker.update(feats, res.step + 1, self._rewindable, self.obs)
+            if res.checkpoint is not None:
+                self.event("checkpoint", res.checkpoint.step, checkpoint=res.checkpoint.name,
+                           similarity=round(res.checkpoint.similarity, 4))  # fmt: skip
 
     def external_step(self, action: np.ndarray, source: str) -> StepResult:
         """Someone other than the policy acts (``source``: ``correction``, ``human``...). The policy's
@@ -300,6 +307,7 @@ class MonitoredEpisode:
             self._rewindable.restore(cp.snapshot)
             self.obs, self.done = self.base.observation(), False
             self.info = {"stage": self.base.stage(), "success": self.base.is_success()}
+            self._reset_features()
         else:
             steps = self._drive_to(cp, on_step)
         if self.tracker is not None:

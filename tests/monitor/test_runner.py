@@ -128,3 +128,22 @@ def test_recording_commits_labels_atomically(parts, tmp_path) -> None:
         back = store.load(info.id)
     assert back.source_names == ["policy", "pre_intervention", "correction"]
     assert info.n_operator_steps == 1
+
+
+def test_feature_extractor_matches_policy_encode(parts) -> None:
+    from rewind.monitor.features import FeatureExtractor
+
+    env, loaded = parts
+    fe = FeatureExtractor(loaded.policy)
+    assert fe.compiled
+    obs, _ = env.reset(seed=4)
+    fe.push(obs)
+    first = {k: torch.as_tensor(obs[k][None]).float() for k in loaded.policy.used_obs_keys}
+    loaded.policy.reset()
+    loaded.policy.select_action(first)
+    ref0 = policy_features(loaded.policy)[0].numpy()
+    np.testing.assert_allclose(fe.features(), ref0, rtol=1e-4, atol=1e-5)  # window padded with the first obs
+    obs, *_ = env.step(np.array([0.5, 0, 0, 0, 1], np.float32))
+    fe.push(obs)
+    loaded.policy.select_action({k: torch.as_tensor(obs[k][None]).float() for k in loaded.policy.used_obs_keys})
+    np.testing.assert_allclose(fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5)
