@@ -26,7 +26,7 @@ from rewind.envs.registry import make_operator
 from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import perturbation_config
 from rewind.metrics import MetricsLogger
-from rewind.monitor.conformal import calibrate
+from rewind.monitor.conformal import CalibrationError, calibrate
 from rewind.monitor.detection import (
     ScoredEpisode,
     ScoreSet,
@@ -60,6 +60,7 @@ class MonitorEvalConfig(CommandConfig):
         episodes / seed: test rollouts per condition.
         conditions: perturbation profiles (``configs/perturb/<name>.yaml``) to test under.
         operator_budget: steps the operator gets in the point-of-no-return search.
+        bands: also evaluate each detector with a time-varying band (``<name>+band`` rows).
     """
 
     policy_path: str = MISSING
@@ -73,6 +74,7 @@ class MonitorEvalConfig(CommandConfig):
     seed: int = 10000
     conditions: list[str] = field(default_factory=lambda: ["none", "nudge"])
     operator_budget: int = 300
+    bands: bool = True
     n_action_steps: int | None = None
     noise_mode: str = "fresh"
     device: str = "auto"
@@ -125,6 +127,21 @@ def _rollouts(cfg: MonitorEvalConfig, loaded: LoadedPolicy, scores: ScoreSet, co
     return out, nr
 
 
+def _thresholds(cfg: MonitorEvalConfig, good: list[ScoredEpisode], weights_hash: str) -> dict[str, Any]:
+    """Per detector its constant threshold, plus ``<detector>+band`` (time-varying band) when
+    ``bands`` is on and there are enough successful calibration rollouts for it."""
+    out: dict[str, Any] = {}
+    for d in cfg.detectors:
+        traces = [e.traces[d] for e in good]
+        out[d] = calibrate(traces, d, cfg.monitor.alpha, weights_hash).threshold
+        if cfg.bands:
+            try:
+                out[f"{d}+band"] = calibrate(traces, d, cfg.monitor.alpha, weights_hash, band=True).band
+            except CalibrationError as exc:
+                log.warning("no band for %s: %s", d, exc)
+    return out
+
+
 def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
     """Entry point of ``rewind-monitor-eval``; returns the summary (also the W&B run's summary)."""
     if cfg.num_threads:
@@ -147,21 +164,17 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
         cfg, loaded, scores, "none", list(range(cfg.cal_seed, cfg.cal_seed + cfg.cal_episodes)), False
     )
     good = [e for e in cal_eps if e.success]
-    thresholds = {}
-    for d in cfg.detectors:
-        c = calibrate(
-            [e.traces[d] for e in good], d, cfg.monitor.alpha, loaded.weights_hash, band=cfg.monitor.band
-        )
-        thresholds[d] = c.band if c.band is not None else c.threshold
+    thresholds = _thresholds(cfg, good, loaded.weights_hash)
+    names = list(thresholds)
     results: dict[str, Any] = {}
     test_eps: dict[str, list[ScoredEpisode]] = {}
     for cond in cfg.conditions:
         eps, ponr = _rollouts(cfg, loaded, scores, cond, list(range(cfg.seed, cfg.seed + cfg.episodes)), True)
         test_eps[cond] = eps
-        results[cond] = {d: detection_metrics(eps, d, thresholds[d], ponr) for d in cfg.detectors}
+        results[cond] = {n: detection_metrics(eps, n.split("+")[0], thresholds[n], ponr) for n in names}
         results[cond]["_success_rate"] = float(np.mean([e.success for e in eps]))
         results[cond]["_ponr"] = {str(k): v for k, v in ponr.items()}
-    cost_ms = {d: 1e3 * scores.seconds[d] / max(scores.calls, 1) for d in cfg.detectors}
+    cost_ms = {n: 1e3 * scores.seconds[n.split("+")[0]] / max(scores.calls, 1) for n in names}
     plots = [plot_roc(out / "roc.png", test_eps, cfg.detectors)]
     plots += [plot_traces(out / f"traces_{c}.png", test_eps[c], "tide" if "tide" in cfg.detectors else cfg.detectors[0],
                           thresholds) for c in cfg.conditions]  # fmt: skip

@@ -1,0 +1,126 @@
+"""Issue-4 results: Rewind-IL's two tables for our tasks, from the committed commands only.
+
+For each ``task=RUN`` item (``RUN`` holds the base policy's ``store/`` and ``train/``, e.g. a run
+folder of ``bench/base_policies.py``) it runs, each into its own folder under ``--root/<task>``:
+
+    rewind-calibrate policy_path=RUN/train env=TASK data_path=RUN/store monitor=tide out_dir=.../cal
+    rewind-eval policy_path=RUN/train env=TASK episodes=N seed=10000 perturb=P out_dir=.../base_P
+    rewind-eval ... monitor=tide monitor.calibration=.../cal rewind=restore|drive out_dir=.../MODE_P
+    rewind-monitor-eval policy_path=RUN/train env=TASK data_path=RUN/store out_dir=.../detectors
+
+with P in {none, nudge}, and writes ``--out`` (JSON) and ``--table`` (Markdown): (a) success of the
+base policy vs with rewind (restore, drive), nominal and perturbed, with 95% Wilson intervals and the
+failure-rate reduction; (b) detectors compared (AUROC, balanced accuracy, TPR, FPR, lead time,
+cost). Finished steps (a ``summary.json``) are reused, so an interrupted run resumes.
+
+    MUJOCO_GL=osmesa .venv/bin/python bench/monitor_results.py \
+        stack3=runs/base_policies/stack3_d100_s10000 pick_place=runs/base_policies/pick_place_d100_s2500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("monitor_results")
+CONDITIONS = ("none", "nudge")
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
+    """Run a command unless ``folder/summary.json`` exists; return that summary."""
+    if not (folder / "summary.json").exists():
+        log.info("$ %s", " ".join(cmd))
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f"{folder.name}.log", "w") as fh:
+            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+    return json.loads((folder / "summary.json").read_text())
+
+
+def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """All commands of one task; returns its rows."""
+    base = root / task
+    common = [f"policy_path={run / 'train'}", f"env={task}", "progress=false"]
+    cal = _run([_bin("rewind-calibrate"), *common, f"data_path={run / 'store'}", "monitor=tide",
+                f"episodes={args.cal_episodes}", f"out_dir={base / 'cal'}"], base / "cal")  # fmt: skip
+    success: dict[str, dict[str, Any]] = {}
+    for cond in CONDITIONS:
+        ev = [_bin("rewind-eval"), *common, f"episodes={args.episodes}", "seed=10000", f"perturb={cond}", "wandb.mode=offline"]
+        success[f"base_{cond}"] = _run([*ev, f"out_dir={base / f'base_{cond}'}"], base / f"base_{cond}")
+        for mode in ("restore", "drive"):
+            name = f"{mode}_{cond}"
+            success[name] = _run([*ev, "monitor=tide", f"monitor.calibration={base / 'cal'}", f"rewind={mode}",
+                                  f"rewind.max_rewinds={args.max_rewinds}", f"out_dir={base / name}"], base / name)  # fmt: skip
+    det = _run([_bin("rewind-monitor-eval"), *common, f"data_path={run / 'store'}", f"cal_episodes={args.cal_episodes}",
+                f"episodes={args.episodes}", f"monitor.num_samples={args.stac_samples}",
+                f"out_dir={base / 'detectors'}"], base / "detectors")  # fmt: skip
+    return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": det}
+
+
+def _cell(s: dict[str, Any]) -> str:
+    lo, hi = s["success_ci95"]
+    return f"{s['success_rate']:.0%} [{lo:.2f}, {hi:.2f}]"
+
+
+def tables(rows: list[dict[str, Any]]) -> str:
+    """Markdown tables (a) success and (b) detectors."""
+    out = ["(a) Success (50 episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
+           "", "| task | condition | base | + rewind (restore) | + rewind (drive) | failure cut (restore / drive) |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        for cond in CONDITIONS:
+            s = r["success"]
+            fb = 1 - s[f"base_{cond}"]["success_rate"]
+            cuts = [(fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan") for m in ("restore", "drive")]
+            out.append(f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
+                       f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |")  # fmt: skip
+    out += ["", "(b) Detectors (thresholds from nominal successful rollouts, alpha = 0.05)", "",
+            "| task | condition | detector | AUROC | bal. acc. | TPR | FPR | median lead (steps) | cost (ms/step) |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        d = r["detectors"]
+        for cond, per in d["results"].items():
+            for name, m in per.items():
+                if name.startswith("_"):
+                    continue
+                lead = m["lead_time_median"]
+                out.append(f"| {r['task']} | {cond} | {name} | {m['auroc']:.2f} | {m['balanced_accuracy']:.2f} | "
+                           f"{m['tpr']:.2f} | {m['fpr']:.2f} | {'-' if lead is None else f'{lead:+.0f}'} | "
+                           f"{d['cost_ms_per_step'][name]:.3f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> None:
+    """Run every task item; write the JSON and the tables."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("items", nargs="+", help="task=RUN_FOLDER items")
+    ap.add_argument("--root", default="runs/monitor_results")
+    ap.add_argument("--episodes", type=int, default=50)
+    ap.add_argument("--cal-episodes", type=int, default=60)
+    ap.add_argument("--max-rewinds", type=int, default=3)
+    ap.add_argument("--stac-samples", type=int, default=32)
+    ap.add_argument("--out", default="bench/results/monitor_results.json")
+    ap.add_argument("--table", default="bench/results/monitor_results.md")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    rows = []
+    for item in args.items:
+        task, run = item.split("=", 1)
+        rows.append(run_task(Path(args.root), task, Path(run), args))
+        Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
+        Path(args.table).write_text(tables(rows) + "\n")
+    print(tables(rows))
+
+
+if __name__ == "__main__":
+    main()
