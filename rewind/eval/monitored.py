@@ -29,9 +29,10 @@ def monitored_rollouts(
     store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
     seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
     with store_cm as store:
-        records, _ = run_monitored(env, loaded, monitor, tracker, cfg.rewind, seeds, cfg.seed, store, cfg.round,
+        records, traces = run_monitored(env, loaded, monitor, tracker, cfg.rewind, seeds, cfg.seed, store, cfg.round,
                                    observers, cfg.progress, desc=f"eval {cfg.env.name} +{cfg.monitor.score}")  # fmt: skip
     info.update(monitor_summary(records))
+    info["plots"] = rewind_plots(Path(cfg.out_dir), records, traces, monitor, limit=3)
     info["rewind"] = {"mode": cfg.rewind.mode, "max_rewinds": cfg.rewind.max_rewinds}
     return records, info
 
@@ -49,3 +50,17 @@ def monitor_summary(records: list[MonitoredRecord]) -> dict[str, Any]:
         "monitor_ms_per_step": float(np.mean([r.monitor_ms for r in records])) if records else 0.0,
         "alarm_rate": sum(r.alarms > 0 for r in records) / n,
     }
+
+
+def rewind_plots(out: Path, records: list[MonitoredRecord], traces: list[list[float | None]], monitor: Any,
+                 limit: int) -> list[str]:  # fmt: skip
+    """Score traces of the first ``limit`` episodes that rewound: threshold, alarms, rewinds."""
+    from rewind.monitor.monitor_plots import plot_rewind_traces
+
+    paths = []
+    for rec, trace in zip(records, traces, strict=True):
+        if rec.rewinds and len(paths) < limit and monitor is not None:
+            title = f"seed {rec.seed}: {'success' if rec.success else 'failure'} after {rec.rewinds} rewind(s)"
+            p = plot_rewind_traces(out / f"rewind_trace_{rec.seed}.png", trace, monitor.threshold(0), rec.events, title)
+            paths.append(str(p))
+    return paths

@@ -156,6 +156,8 @@ def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
         metrics.log(scalars, step=0)
         rows = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in summary["records"]]
         metrics.log_table("eval/episodes", rows, step=0)
+        for path in summary.get("monitor", {}).get("plots", []):
+            metrics.log_image(f"eval/monitor/{Path(path).stem}", path, step=0)
         for path in summary["videos"]:
             metrics.log_video(f"eval/video/{Path(path).stem}", path, step=0)
         metrics.summary(scalars)

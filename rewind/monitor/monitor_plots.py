@@ -70,15 +70,19 @@ def plot_traces(
 
 def plot_rewind_traces(path: Path, scores: Sequence[float | None], threshold: Any, events: Sequence[dict[str, Any]],
                        title: str) -> Path:  # fmt: skip
-    """One monitored episode: its score, the threshold, alarms (x) and rewinds (vertical lines)."""
+    """One monitored episode over its executed steps: score, threshold, alarms (x) and the rewinds
+    they triggered (dashed lines; the first ``max_rewinds`` alarms rewind)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    ax.plot(held(scores), lw=1.0, label="score")
+    tr = held(scores)
+    ax.plot(tr, lw=1.0, label="score")
     if np.isscalar(threshold):
         ax.axhline(threshold, color="k", lw=1.2, label="threshold")
-    for ev in events:
-        if ev["kind"] == "rewind":
-            ax.axvline(ev["step"], color="tab:orange", lw=1, ls="--")
+    alarms = [t for t, v in enumerate(scores) if v is not None and v > threshold]
+    ax.plot(alarms, tr[alarms], "rx", label="alarm")
+    n_rewinds = sum(ev["kind"] == "rewind" for ev in events)
+    for t in [t for t in alarms][:n_rewinds]:
+        ax.axvline(t, color="tab:orange", lw=1, ls="--")
     ax.set(xlabel="executed step", title=title)
     ax.legend(loc="upper right")
     fig.tight_layout()

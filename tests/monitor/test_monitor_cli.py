@@ -43,6 +43,8 @@ def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tmp_path, capsys) -
     assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev'}"]) == 0
     summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
     assert summary["monitor"]["rewinds"] == 4 and summary["monitor"]["rewind"]["mode"] == "restore"
+    plots = summary["monitor"]["plots"]
+    assert len(plots) == 2 and all((tmp_path / "ev" / p.split("/")[-1]).stat().st_size > 0 for p in plots)
     events = summary["records"][0]["events"]
     assert [e["kind"] for e in events].count("rewind") == 2
     assert {"step", "score", "threshold", "checkpoint"} <= set(events[0])
