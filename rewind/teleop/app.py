@@ -21,6 +21,7 @@ from rewind.policies.base import ActionChunkPolicy
 from rewind.policies.io import weights_hash
 from rewind.store import ReplayStore
 from rewind.teleop.config import TeleopConfig, TrackingConfig
+from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer
 from rewind.teleop.session import TeleopSession
@@ -98,7 +99,9 @@ def build_session(cfg: TeleopConfig) -> TeleopSession:
 
 def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
     """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` episodes ended."""
-    loop = SimLoop(session, cfg.control_hz, cfg.view.image_size, cfg.view.jpeg_quality)
+    v = cfg.view
+    renderer = FrameRenderer(session.episode.base, v.image_size, v.jpeg_quality, v.shadows, v.reflections)
+    loop = SimLoop(session, cfg.control_hz, renderer)
     loop.start()
     server = TeleopServer(loop, cfg.host, cfg.port, cfg.token)
     url = server.start()

@@ -23,11 +23,15 @@ class ViewConfig:
         camera: first camera shown (``front`` or ``top``; the page can switch).
         image_size: side of the square frames in pixels.
         jpeg_quality: JPEG quality of the frames (1-95).
+        shadows: render shadows (a height cue; with OSMesa about 3x the render time).
+        reflections: render the floor's reflections.
     """
 
     camera: str = "front"
     image_size: int = 256
     jpeg_quality: int = 80
+    shadows: bool = False
+    reflections: bool = False
 
     def __post_init__(self) -> None:
         require(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +117,8 @@ class HumanInput:
         self._axes = np.zeros(4)
         self._stamp = -np.inf
         self._seq = 0
+        #: Called (from the updating thread) after each update: the simulation loop's wake-up.
+        self.listener: Callable[[], None] | None = None
 
     def update(self, keys: Sequence[str] = (), axes: Sequence[float] | None = None) -> int:
         """Replace the held keys and stick values; returns this update's sequence number."""
@@ -129,7 +131,10 @@ class HumanInput:
             self._keys, self._axes = frozenset(str(k) for k in keys), a
             self._stamp = time.monotonic()
             self._seq += 1
-            return self._seq
+            seq = self._seq
+        if self.listener is not None:
+            self.listener()
+        return seq
 
     def release(self) -> None:
         """Forget every held key and stick value."""

@@ -40,20 +40,21 @@ class SimLoop:
     Args:
         session: the teleop session (owned by this loop's thread once started).
         control_hz: control rate (the env's is 20 Hz).
-        image_size / jpeg_quality: the streamed view.
+        renderer: renders the streamed view (default: 256x256, no shadows or reflections).
     """
 
     def __init__(
-        self, session: TeleopSession, control_hz: float = 20.0, image_size: int = 256, jpeg_quality: int = 80
+        self, session: TeleopSession, control_hz: float = 20.0, renderer: FrameRenderer | None = None
     ) -> None:
         self.session, self.period = session, 1.0 / float(control_hz)
-        self.renderer = FrameRenderer(session.episode.base, image_size, jpeg_quality)
+        self.renderer = renderer or FrameRenderer(session.episode.base)
         self.frames: Latest[Frame] = Latest()
         self.states: Latest[dict[str, Any]] = Latest()
-        self._commands: queue.Queue[_Pending] = queue.Queue()
+        self._commands: queue.Queue[_Pending | None] = queue.Queue()  # None: new human input
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="teleop-sim", daemon=True)
-        self._in_command, self._published, self._next = False, -1, 0.0
+        self._in_command, self._published, self._next, self._last_step = False, -1, 0.0, -1.0
+        session.input.listener = self._wake
 
     # ----------------------------------------------------------------- other threads
     def start(self) -> None:
@@ -69,6 +70,11 @@ class SimLoop:
         self._thread.join(timeout)
         self.frames.close()
         self.states.close()
+
+    def _wake(self) -> None:
+        """New human input: step at once if a step is due (an idle person's key press is not held
+        back until the next tick boundary; the control rate still never exceeds ``control_hz``)."""
+        self._commands.put(None)
 
     @property
     def alive(self) -> bool:
@@ -100,11 +106,12 @@ class SimLoop:
             self._publish()
             self._next = time.monotonic()
             while not self._stop.is_set():
+                if self._serve_until(self._next):  # woken by input with a step due: step now
+                    self._next = time.monotonic()
                 self._tick()
                 self._next += self.period
                 if self._next < time.monotonic() - self.period:  # fell behind: no burst to catch up
                     self._next = time.monotonic()
-                self._serve_until(self._next)
         except Exception:
             log.exception("teleop simulation thread crashed")
             raise
@@ -121,19 +128,25 @@ class SimLoop:
         if self.session.version != self._published:
             self._publish()
 
-    def _serve_until(self, deadline: float) -> None:
-        """Execute commands as they arrive until ``deadline``."""
+    def _serve_until(self, deadline: float) -> bool:
+        """Execute commands as they arrive until ``deadline``; ``True`` when new human input makes a
+        step due before it (the last step is at least one period old)."""
         while not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                return False
             try:
                 pending = self._commands.get(timeout=left)
             except queue.Empty:
-                return
+                return False
+            if pending is None:
+                if self.session.mode == "human" and time.monotonic() - self._last_step >= self.period:
+                    return True
+                continue
             self._execute(pending)
             if self.session.version != self._published:
                 self._publish()
+        return False
 
     def _execute(self, pending: _Pending) -> None:
         self._in_command = True
@@ -150,6 +163,7 @@ class SimLoop:
 
     def _after_step(self, res: StepResult) -> None:
         """Every executed step: publish its frame; inside a command (a ``drive`` rewind) keep the pace."""
+        self._last_step = time.monotonic()
         self._publish(res.source)
         if self._in_command:
             delay = self._next - time.monotonic()

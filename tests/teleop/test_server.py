@@ -18,6 +18,7 @@ from rewind.envs.config import EnvConfig, build_env
 from rewind.scripts.teleop import main as teleop_main
 from rewind.store import ReplayStore
 from rewind.teleop import SimLoop, TeleopServer, TeleopSession
+from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.server import check_binding
 
 TOKEN = "s3cret"
@@ -27,7 +28,7 @@ TOKEN = "s3cret"
 def server(tmp_path: Path) -> Iterator[TeleopServer]:
     env = build_env(EnvConfig(name="lift"))
     session = TeleopSession(env, None, tmp_path / "store", store_spec_for(env))
-    loop = SimLoop(session, control_hz=20, image_size=64)
+    loop = SimLoop(session, control_hz=20, renderer=FrameRenderer(env.unwrapped, size=64))
     loop.start()
     srv = TeleopServer(loop, "127.0.0.1", 0, token=TOKEN)
     srv.start()
