@@ -20,6 +20,7 @@ from rewind.envs.config import EnvConfig
 DEVICES = ("auto", "cpu", "cuda", "mps")
 WANDB_MODES = ("offline", "online", "disabled")
 WEIGHT_MODES = ("loss", "sample")
+NORMALIZER_MODES = ("keep", "refit")
 
 
 @dataclass
@@ -28,6 +29,11 @@ class DataConfig:
 
     Attributes:
         path: the replay store to train on (``rewind-collect ... out=PATH``).
+        extra_paths: further stores trained on together with ``path`` (same env and layout), e.g.
+            the recovery data of fine-tuning rounds next to the demos.
+        mix: expected share of each store's windows in a batch, in the order ``[path, *extra_paths]``
+            (normalised to sum 1; e.g. ``[0.2, 0.8]`` for 20% demos); ``[]``: every window of every
+            store equally likely (the stores are simply concatenated).
         val_fraction: fraction of episodes held out for the validation loss (at least one episode
             when > 0 and the store has two or more); 0 disables validation.
         source_weights: per-step source label -> weight (e.g. ``{recovery: 2.0, pre_intervention: 0}``);
@@ -37,6 +43,8 @@ class DataConfig:
     """
 
     path: str = MISSING
+    extra_paths: list[str] = field(default_factory=list)
+    mix: list[float] = field(default_factory=list)
     val_fraction: float = 0.1
     source_weights: dict[str, float] = field(default_factory=dict)
     weight_mode: str = "loss"
@@ -51,6 +59,49 @@ class DataConfig:
             f"data.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
         )
         require(self.val_batches >= 1, f"data.val_batches must be >= 1; got {self.val_batches}")
+        n = 1 + len(self.extra_paths)
+        require(
+            not self.mix or len(self.mix) == n,
+            f"data.mix needs one share per store ({n}: path + extra_paths) or []; got {list(self.mix)}",
+        )
+        require(
+            all(m >= 0 for m in self.mix) and (not self.mix or sum(self.mix) > 0),
+            f"data.mix shares must be >= 0 with a positive sum; got {list(self.mix)}",
+        )
+
+    @property
+    def paths(self) -> list[str]:
+        """Every store trained on: ``[path, *extra_paths]``."""
+        return [self.path, *self.extra_paths]
+
+
+@dataclass
+class InitConfig:
+    """Start from existing policy weights (fine-tuning) instead of a fresh initialisation.
+
+    Attributes:
+        from_weights: a policy weights folder (``weights/step_XXXXXX``), a ``weights`` folder or a
+            training run folder (its newest weights); ``None``: fresh initialisation. The ``policy``
+            node must equal the weights' policy config (the error names the keys that differ).
+        load_weights: load the network parameters; ``false`` keeps a fresh initialisation and takes
+            only the normalizer (retraining from scratch with the parent's normalization).
+        normalizer: ``keep`` the weights' normalizer statistics, or ``refit`` them to this run's
+            training data.
+    """
+
+    from_weights: str | None = None
+    load_weights: bool = True
+    normalizer: str = "keep"
+
+    def __post_init__(self) -> None:
+        require(
+            self.normalizer in NORMALIZER_MODES,
+            f"init.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'",
+        )
+        require(
+            self.from_weights is None or self.load_weights or self.normalizer == "keep",
+            "init: load_weights=false with normalizer=refit takes nothing from init.from_weights",
+        )
 
 
 @dataclass
@@ -139,6 +190,7 @@ class TrainConfig(CommandConfig):
         wandb: W&B logging.
         resume: continue the run in ``out_dir`` from its last saved training state (fresh if none).
         progress: show a progress bar.
+        init: start from existing policy weights (fine-tuning; see :class:`InitConfig`).
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -153,6 +205,7 @@ class TrainConfig(CommandConfig):
     wandb: WandbConfig = field(default_factory=WandbConfig)
     resume: bool = False
     progress: bool = True
+    init: InitConfig = field(default_factory=InitConfig)
 
     def __post_init__(self) -> None:
         require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")

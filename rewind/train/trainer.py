@@ -23,6 +23,7 @@ from rewind.policies.base import ActionChunkPolicy, count_parameters
 from rewind.train import policy_api
 from rewind.train.config import TrainConfig, policy_config
 from rewind.train.data import TrainData, load_data, to_torch_batch
+from rewind.train.init import load_init
 from rewind.train.state import (
     STATE_DIR,
     WEIGHTS_DIR,
@@ -64,6 +65,12 @@ def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
     sig["train"] = {k: v for k, v in full["train"].items() if k not in RESUMABLE_TRAIN_CHANGES}
     # the resolved policy config (defaults filled in), so YAML-listed and omitted defaults compare equal
     sig["policy"] = {"name": cfg.policy_name, **dataclasses.asdict(policy_config(cfg.policy))}
+    # options added later are left out at their defaults, so runs saved before them still resume
+    if cfg.init.from_weights is None:
+        sig.pop("init")
+    for key in ("extra_paths", "mix"):
+        if not full["data"][key]:
+            sig["data"].pop(key)
     return sig
 
 
@@ -81,7 +88,11 @@ class Trainer:
         self.policy: ActionChunkPolicy = policy_api.build_policy(
             cfg.policy_name, self.policy_config, self.data.spec
         )
-        policy_api.fit_normalizer(self.policy, self.data.train.buffer)
+        self.init_info: dict[str, Any] = {}
+        if cfg.init.from_weights:
+            self.init_info = load_init(self.policy, cfg.init, cfg.policy_name, self.policy_config)
+        if not cfg.init.from_weights or cfg.init.normalizer == "refit":
+            policy_api.fit_normalizer(self.policy, self.data.train.buffer)
         self.policy.to(self.device)
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=t.lr, weight_decay=t.weight_decay)
@@ -161,6 +172,8 @@ class Trainer:
             "store": self.cfg.data.path,
             "train_episodes": self.data.train_ids,
             "val_episodes": self.data.val_ids,
+            **({"stores": self.data.by_store} if len(self.data.by_store) > 1 else {}),
+            **self.init_info,
             "git_revision": sha,
             "git_dirty": dirty,
             "config": self._config_dict(),
@@ -224,7 +237,8 @@ class Trainer:
         log.info(
             "training %s (%d parameters) on %s: %d train / %d val episodes, %d windows, steps %d -> %d",
             self.cfg.policy_name, count_parameters(self.policy), self.device,
-            len(self.data.train_ids), len(self.data.val_ids), len(self.data.train), self.step, end,
+            sum(len(v["train"]) for v in self.data.by_store.values()),
+            sum(len(v["val"]) for v in self.data.by_store.values()), len(self.data.train), self.step, end,
         )  # fmt: skip
         bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
         window = _Window(self.step, self.device)

@@ -1,0 +1,94 @@
+"""Starting a training run from existing policy weights (``init.from_weights``): fine-tuning.
+
+The new run's policy is built from its own ``policy`` node, which must equal the weights' saved
+policy config, then the saved ``state_dict`` is loaded into it (all of it, or with
+``init.load_weights=false`` only the normalizer's statistics). Whether the normalizer is then refit
+to the new data is the trainer's choice (``init.normalizer``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file
+
+from rewind.config import ConfigError
+from rewind.policies.base import ActionChunkPolicy
+from rewind.train.config import InitConfig
+from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
+
+#: Prefix of the normalizer's entries in a policy ``state_dict``.
+NORMALIZER_PREFIX = "normalizer."
+
+
+def resolve_weights_folder(path: str | Path) -> Path:
+    """A weights folder from ``path``: the folder itself, or the newest save (``last.json``) of a
+    ``weights`` folder or of a training run folder."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"init.from_weights: {p} does not exist")
+    for folder in (p, p / WEIGHTS_DIR):
+        step = read_pointer(folder) if folder.is_dir() else None
+        if step is not None:
+            return folder / step_name(step)
+    return p
+
+
+def _diff(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return [
+            d for k in sorted(set(saved) | set(now)) for d in _diff(saved.get(k), now.get(k), f"{prefix}{k}.")
+        ]
+    return [] if saved == now else [prefix.rstrip(".")]
+
+
+def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
+    """The weights' ``config.json`` after checking that ``name``/``config`` equal what was saved.
+
+    Raises:
+        ConfigError: unreadable weights, another policy, or config keys that differ (named).
+    """
+    from rewind.policies.io import PolicyWeightsError, read_policy_meta
+
+    try:
+        meta = read_policy_meta(folder)
+    except PolicyWeightsError as exc:
+        raise ConfigError(f"init.from_weights: {exc}") from exc
+    if meta["policy_type"] != name:
+        raise ConfigError(
+            f"init.from_weights: {folder} holds '{meta['policy_type']}' weights; policy.name={name}"
+        )
+    now = json.loads(json.dumps(dataclasses.asdict(config)))
+    changed = _diff(meta["config"], now)
+    if changed:
+        shown = ", ".join(f"policy.{k}" for k in changed[:6])
+        raise ConfigError(
+            f"init.from_weights: the policy config differs from the weights' in {shown}; "
+            f"pass the same policy settings as the run that made {folder}"
+        )
+    return meta
+
+
+def load_init(policy: ActionChunkPolicy, cfg: InitConfig, name: str, config: Any) -> dict[str, Any]:
+    """Load ``cfg.from_weights`` into ``policy`` (everything, or only the normalizer); return its lineage:
+    ``{"init_from": folder, "init_weights_sha256": ..., "init_load_weights": bool}``."""
+    from rewind.policies.io import weights_hash
+
+    folder = resolve_weights_folder(str(cfg.from_weights))
+    meta = check_policy_config(folder, name, config)
+    sha = weights_hash(folder)
+    if sha != meta.get("weights_sha256"):
+        raise ConfigError(f"init.from_weights: {folder}: weights corrupted (sha256 differs from config.json)")
+    state = load_file(str(folder / meta.get("weights_file", "model.safetensors")))
+    if not cfg.load_weights:
+        state = {k: v for k, v in state.items() if k.startswith(NORMALIZER_PREFIX)}
+    try:
+        missing, unexpected = policy.load_state_dict(state, strict=cfg.load_weights)
+    except RuntimeError as exc:
+        raise ConfigError(f"init.from_weights: {folder}: weights do not fit the policy ({exc})") from exc
+    if not cfg.load_weights and (unexpected or not any(k.startswith(NORMALIZER_PREFIX) for k in state)):
+        raise ConfigError(f"init.from_weights: {folder}: no normalizer statistics to take")
+    return {"init_from": str(folder), "init_weights_sha256": sha, "init_load_weights": cfg.load_weights}
