@@ -9,7 +9,9 @@ Routes (every one needs the token when the server has one: ``?token=`` or ``X-Te
     POST /api/command     {"cmd": NAME, ...args} -> {"ok": true, "state": ...} | 400 {"error": ...}
     POST /api/input       {"keys": [codes], "axes": [dx, dy, dz, dyaw]} -> {"seq": n}
 
-The server binds ``127.0.0.1`` by default; another address is refused without a token.
+The server binds ``127.0.0.1`` by default; another address is refused without a token. POSTs must be
+JSON from the server's own origin, so a page of another site open in the same browser cannot send
+commands to it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from rewind.config import ConfigError
 from rewind.teleop.controls import COMMAND_KEYS, KEY_HELP, MOVE_KEYS, PRECISE_KEYS
+from rewind.teleop.frames import Frame
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
 
@@ -44,6 +47,18 @@ def check_binding(host: str, token: str | None) -> None:
             f"host={host} exposes the teleop server beyond this machine: set token=SECRET "
             f"(or keep host=127.0.0.1)"
         )
+
+
+def cross_site_refusal(headers: Any) -> str | None:
+    """Why a POST must be refused, or ``None``. Commands must be JSON (so another site's page cannot
+    send them without a CORS preflight, which this server never grants) and, when the browser names
+    the page's origin, come from this server's own page."""
+    if (headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
+        return "POST bodies must be sent as Content-Type: application/json"
+    origin = headers.get("Origin")
+    if origin and urlsplit(origin).netloc != headers.get("Host"):
+        return f"cross-origin request refused (origin {origin})"
+    return None
 
 
 def static_files() -> dict[str, bytes]:
@@ -163,6 +178,10 @@ class _Handler(BaseHTTPRequestHandler):
         if routed is None:
             return
         path, _ = routed
+        refused = cross_site_refusal(self.headers)
+        if refused:
+            self._json(403 if "origin" in refused else 415, {"error": refused})
+            return
         try:
             body = self._read_json()
             if path == "/api/command":
@@ -214,21 +233,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _stream_frames(self) -> None:
-        """Multipart MJPEG: each new frame as soon as it is published (skipping any missed)."""
+        """Multipart MJPEG: each new frame as soon as it is published (skipping any missed); each part
+        is followed at once by the next boundary, so the browser can show it without waiting."""
         self._start_stream(f"multipart/x-mixed-replace; boundary={BOUNDARY}")
-        frames, seq = self.app.loop.frames, 0
+        frames = self.app.loop.frames
         try:
+            self.wfile.write(f"--{BOUNDARY}\r\n".encode())
+            seq, frame = frames.get()
+            for _ in range(2 if frame is not None else 0):  # Chrome shows the first part once a second came
+                self._write_part(frame)  # type: ignore[arg-type]
             while not self.app.stopping.is_set():
-                new, frame = frames.wait_newer(seq, timeout=1.0)
-                if frame is None or new == seq:
-                    continue
-                seq = new
-                head = (f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\n"
-                        f"X-Step: {frame.step}\r\nX-Input-Seq: {frame.input_seq}\r\nX-Source: {frame.source}\r\n\r\n")  # fmt: skip
-                self.wfile.write(head.encode() + frame.jpeg + b"\r\n")
-                self.wfile.flush()
+                seq, frame = frames.wait_newer(seq, timeout=1.0)
+                if frame is not None:  # nothing new for a second: the same frame again (finds gone clients)
+                    self._write_part(frame)
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             return
+
+    def _write_part(self, frame: Frame) -> None:
+        head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\nX-Step: {frame.step}\r\n"
+                f"X-Input-Seq: {frame.input_seq}\r\nX-Source: {frame.source}\r\n\r\n")  # fmt: skip
+        self.wfile.write(head.encode() + frame.jpeg + f"\r\n--{BOUNDARY}\r\n".encode())
+        self.wfile.flush()
 
     def _stream_states(self) -> None:
         """Server-sent events: the session state each time it changes (a comment every second)."""

@@ -29,6 +29,7 @@ def _browser():  # noqa: ANN202 (selenium types)
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for arg in (
         "--headless=new",
         "--no-sandbox",
@@ -79,6 +80,7 @@ def test_alarm_rewind_correct_commit_in_browser(
         driver.refresh()  # a new page attaches to the running, paused session
         wait.until(ec.presence_of_element_located(banner))
         assert "alarm" in driver.find_element(By.ID, "mode-reason").text
+        wait.until(lambda d: d.execute_script("return document.getElementById('view').naturalWidth") == 256)
 
         Select(driver.find_element(By.ID, "rewind-mode")).select_by_value("drive")
         wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#timeline button.checkpoint"))).click()
@@ -92,6 +94,8 @@ def test_alarm_rewind_correct_commit_in_browser(
 
         driver.find_element(By.ID, "btn-success").click()
         output = proc.communicate(timeout=60)[0]
+        log = driver.get_log("browser")  # no script error (no gamepad connected, a reload, the server ending)
+        assert not [e for e in log if e["level"] == "SEVERE" and e["source"] != "network"], log
     finally:
         driver.quit()
         if proc.poll() is None:

@@ -83,6 +83,27 @@ def test_page_stream_and_commands(server: TeleopServer) -> None:
     assert code == 200 and json.loads(body)["state"]["mode"] == "paused"
 
 
+def test_commands_from_other_sites_are_refused(server: TeleopServer) -> None:
+    url = server.url.split("?")[0] + "api/command"
+    cases = [
+        ({"Content-Type": "text/plain"}, 415),
+        ({"Content-Type": "application/json", "Origin": "http://evil.example"}, 403),
+    ]
+    for headers, code in cases:
+        req = urllib.request.Request(url, b'{"cmd": "discard"}', {"X-Teleop-Token": TOKEN, **headers})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == code
+    origin = server.url.split("/?")[0]
+    req = urllib.request.Request(
+        url,
+        b'{"cmd": "pause"}',
+        {"X-Teleop-Token": TOKEN, "Content-Type": "application/json", "Origin": origin},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert json.loads(resp.read())["state"]["discarded"] == 0
+
+
 def test_page_closed_mid_episode_writes_nothing_and_server_stays_usable(
     server: TeleopServer, tmp_path: Path
 ) -> None:

@@ -27,6 +27,8 @@ async function post(path, body) {
 }
 
 async function command(cmd, args) {
+  // A clicked button keeps the focus: Space or Enter would press it again. Keys drive the robot here.
+  if (document.activeElement && document.activeElement.tagName === "BUTTON") document.activeElement.blur();
   try {
     const data = await post("api/command", Object.assign({ cmd }, args || {}));
     showError("");
@@ -149,6 +151,7 @@ function onKeyDown(e) {
 }
 
 function onKeyUp(e) {
+  if (config.command_keys[e.code] || config.input_keys.includes(e.code)) e.preventDefault();
   if (held.delete(e.code)) sendInput();
 }
 
