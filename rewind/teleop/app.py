@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,8 @@ def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
 
 def run_teleop(cfg: TeleopConfig) -> dict[str, Any]:
     """Entry point of ``rewind-teleop``."""
+    if cfg.view.render_threads is not None:  # before any GL context exists (the env's rgb renderer too)
+        os.environ.setdefault("LP_NUM_THREADS", str(cfg.view.render_threads))
     threads = torch.get_num_threads()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)

@@ -25,6 +25,9 @@ class ViewConfig:
         jpeg_quality: JPEG quality of the frames (1-95).
         shadows: render shadows (a height cue; with OSMesa about 3x the render time).
         reflections: render the floor's reflections.
+        render_threads: Mesa llvmpipe rasterizer threads (``LP_NUM_THREADS``, software GL only; set
+            unless the environment sets it); 0 renders in the simulation thread, which kept the
+            latency tail down on a loaded 2-core machine; ``null``: Mesa's default (one per CPU).
     """
 
     camera: str = "front"
@@ -32,6 +35,7 @@ class ViewConfig:
     jpeg_quality: int = 80
     shadows: bool = False
     reflections: bool = False
+    render_threads: int | None = 0
 
     def __post_init__(self) -> None:
         require(
@@ -42,6 +46,10 @@ class ViewConfig:
         )
         require(
             1 <= self.jpeg_quality <= 95, f"view.jpeg_quality must be in [1, 95]; got {self.jpeg_quality}"
+        )
+        require(
+            self.render_threads is None or self.render_threads >= 0,
+            f"view.render_threads must be >= 0 or null; got {self.render_threads}",
         )
 
 

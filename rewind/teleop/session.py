@@ -233,6 +233,11 @@ class TeleopSession:
         else:
             self._note(text)
 
+    def _stage_name(self) -> str:
+        """The current stage's name (``done`` once the task is complete)."""
+        stage, names = int(self.episode.info.get("stage", 0)), self.episode.base.stage_names
+        return names[stage] if 0 <= stage < len(names) else ("done" if stage >= len(names) else "error")
+
     def _outcome_text(self) -> str:
         info = self.episode.info
         if info.get("sim_error"):
@@ -377,7 +382,7 @@ class TeleopSession:
             "camera": self.camera, "cameras": self.cameras, "grip": "open" if self.grip >= 0 else "closed",
             "episode": {"index": self.episode_index, "seed": ep.log.seed, "step": ep.step_count,
                         "max_steps": ep.base.max_steps, "done": ep.done, "success": ep.success,
-                        "stage": ep.info.get("stage_name", ""), "recorded": len(self.recording),
+                        "stage": self._stage_name(), "recorded": len(self.recording),
                         "labels": self.recording.label_counts()},
             "threshold": None if mon is None or mon.calibration is None else mon.threshold(ep.step_count),
             "scores": [list(s) for s in self.scores], "alarms": self.alarms, "last_alarm": self.last_alarm,
