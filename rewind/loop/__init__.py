@@ -1,0 +1,17 @@
+"""The rewind-and-recover training loop (``rewind-loop``): collect recovery data where the policy fails,
+fine-tune on it, recalibrate, evaluate, repeat.
+
+* :mod:`rewind.loop.sources`: the recovery sources (``recovery=retry|operator|dagger|human|guided``);
+* :mod:`rewind.loop.episodes`: a round's monitored episodes, recorded with their labels;
+* :mod:`rewind.loop.guided`: ReGuide-style guidance (phase prototypes, latent dynamics, drift gate);
+* :mod:`rewind.loop.stages`: demos, training, calibration and evaluation steps;
+* :mod:`rewind.loop.lineage`: the folder protocol (resume at round granularity);
+* :mod:`rewind.loop.runner`: :func:`run_loop`; :mod:`rewind.loop.report`: report, W&B, summary.
+
+See ``docs/loop.md``.
+"""
+
+from rewind.loop.config import LoopConfig
+from rewind.loop.runner import run_loop
+
+__all__ = ["LoopConfig", "run_loop"]

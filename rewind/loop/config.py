@@ -1,0 +1,246 @@
+"""Schema of ``rewind-loop`` (``configs/loop.yaml``): the base policy, the recovery source, fine-tuning,
+calibration and evaluation of every round.
+
+Groups: ``env=``, ``recovery=retry|operator|dagger|human|guided`` (``configs/recovery/``),
+``finetune=ft|fs`` (``configs/finetune/``), ``monitor=tide|...`` and ``policy@base.policy=`` (the
+architecture of a base policy the loop trains itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewind.config import CommandConfig, require
+from rewind.envs.config import EnvConfig
+from rewind.loop.guided import GuidedConfig
+from rewind.loop.sources import KEEP_RULES, PERSONS, RECOVERY_SOURCES
+from rewind.monitor.runner import REWIND_MODES
+from rewind.monitor.setup import MonitorConfig
+from rewind.train.config import DEVICES, NORMALIZER_MODES, WEIGHT_MODES, WandbConfig, policy_config
+
+FINETUNE_MODES = ("ft", "fs")
+AFTER_MODES = ("end", "handback")
+UNTIL_MODES = ("stage", "task")
+
+
+@dataclass
+class BaseConfig:
+    """Round 0: the policy the loop starts from, built by the loop unless ``policy_path`` is given.
+
+    Attributes:
+        policy_path: existing policy weights (a run folder, ``weights`` folder or ``step_XXXXXX``);
+            ``None``: collect ``demos`` scripted demos and train a base policy on them.
+        demos_path: the demo store of ``policy_path`` (default: the store its weights were trained on).
+        demos: scripted demos to collect when the loop builds the base (seeds ``0..demos-1``).
+        steps / batch_size / lr / warmup_steps: training of the base policy.
+        policy: the base policy's architecture (Hydra group ``policy@base.policy=diffusion|flow|act``).
+    """
+
+    policy_path: str | None = None
+    demos_path: str | None = None
+    demos: int = 20
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 5e-4
+    warmup_steps: int = 200
+    policy: dict[str, Any] = field(default_factory=lambda: {"name": "diffusion"})
+
+    def __post_init__(self) -> None:
+        require(self.demos >= 1, f"base.demos must be >= 1; got {self.demos}")
+        for name in ("steps", "batch_size"):
+            require(getattr(self, name) >= 1, f"base.{name} must be >= 1; got {getattr(self, name)}")
+        require(self.lr > 0, f"base.lr must be > 0; got {self.lr}")
+        require(self.warmup_steps >= 0, f"base.warmup_steps must be >= 0; got {self.warmup_steps}")
+        if self.policy_path is None:
+            policy_config(self.policy)
+
+
+@dataclass
+class RecoveryConfig:
+    """Where a round's new data comes from (Hydra group ``recovery=``; ``configs/recovery/*.yaml``).
+
+    Attributes:
+        name: the recovery source: ``retry`` (rewind and let the policy try again), ``operator``
+            (RaC: drive back = ``recovery``, the scripted operator completes the stage =
+            ``correction``), ``dagger`` (HG-DAgger: the operator takes over, no rewind), ``human``
+            (a person through ``rewind-teleop``, or a stand-in), ``guided`` (ReGuide, no operator).
+        after: after an intervention, ``end`` the episode (RaC) or ``handback`` to the policy.
+        until: (dagger) the operator drives until the current ``stage`` or the whole ``task`` is done.
+        rewind_mode: (operator, retry) ``drive`` (recorded ``recovery`` steps) or ``restore``.
+        max_interventions: interventions (or retries) per episode; later alarms are only logged.
+        max_correction_steps: operator step budget of one intervention.
+        stall_steps: also intervene when the task stage has not advanced for this many policy steps
+            (what a person watching would notice; 0: only monitor alarms trigger).
+        keep: which episodes are stored: ``all``, ``useful`` (successful or intervened), ``success``
+            or ``intervened``.
+        pre_intervention_steps: policy steps before an intervention labelled ``pre_intervention``.
+        operator_noise: action noise std of the scripted operator (as for demos).
+        person: (human) ``teleop``: a person with ``rewind-teleop`` fills the round's store (the loop
+            prints the command and waits); ``scripted``: the scripted operator stands in, labelled ``human``.
+        guided: (guided) ReGuide settings.
+    """
+
+    name: str = "operator"
+    after: str = "end"
+    until: str = "stage"
+    rewind_mode: str = "drive"
+    max_interventions: int = 1
+    max_correction_steps: int = 150
+    stall_steps: int = 0
+    keep: str = "useful"
+    pre_intervention_steps: int = 15
+    operator_noise: float = 0.05
+    person: str = "teleop"
+    guided: GuidedConfig = field(default_factory=GuidedConfig)
+
+    def __post_init__(self) -> None:
+        checks = (("name", RECOVERY_SOURCES), ("after", AFTER_MODES), ("until", UNTIL_MODES),
+                  ("rewind_mode", REWIND_MODES), ("keep", KEEP_RULES), ("person", PERSONS))  # fmt: skip
+        for key, valid in checks:
+            value = getattr(self, key)
+            require(value in valid, f"recovery.{key} must be one of [{', '.join(valid)}]; got '{value}'")
+        for key in ("max_interventions", "max_correction_steps"):
+            require(getattr(self, key) >= 1, f"recovery.{key} must be >= 1; got {getattr(self, key)}")
+        require(self.stall_steps >= 0, f"recovery.stall_steps must be >= 0; got {self.stall_steps}")
+        require(self.operator_noise >= 0, f"recovery.operator_noise must be >= 0; got {self.operator_noise}")
+        require(
+            self.pre_intervention_steps >= 0,
+            f"recovery.pre_intervention_steps must be >= 0; got {self.pre_intervention_steps}",
+        )
+
+
+@dataclass
+class FinetuneConfig:
+    """How each round trains its new policy (Hydra group ``finetune=ft|fs``).
+
+    Attributes:
+        mode: ``ft`` continues from the previous round's weights on a mix of the demos and the
+            rounds' data; ``fs`` retrains from scratch on everything (demos + every round).
+        steps / batch_size / lr / warmup_steps: the optimisation of one round.
+        demo_share: (ft) expected share of demo windows per batch; the rest are the rounds' data
+            (ReGuide: 0.2); ``null`` (fs default): windows drawn uniformly from everything.
+        source_weights: per-label loss weights (Sirius: ``{correction: 2.0, pre_intervention: 0.0}``).
+        weight_mode: ``loss`` or ``sample`` (see ``rewind-train``'s ``data.weight_mode``).
+        normalizer: ``keep`` the base policy's normalizer (default) or ``refit`` it to all the data.
+        all_rounds: train on the data of every round so far (aggregation, DAgger-style); ``false``:
+            only the latest round's.
+    """
+
+    mode: str = "ft"
+    steps: int = 600
+    batch_size: int = 64
+    lr: float = 3e-4
+    warmup_steps: int = 50
+    demo_share: float | None = 0.2
+    source_weights: dict[str, float] = field(default_factory=dict)
+    weight_mode: str = "loss"
+    normalizer: str = "keep"
+    all_rounds: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.mode in FINETUNE_MODES, f"finetune.mode must be one of [{', '.join(FINETUNE_MODES)}]; got '{self.mode}'")  # fmt: skip
+        for name in ("steps", "batch_size"):
+            require(getattr(self, name) >= 1, f"finetune.{name} must be >= 1; got {getattr(self, name)}")
+        require(self.lr > 0, f"finetune.lr must be > 0; got {self.lr}")
+        require(self.warmup_steps >= 0, f"finetune.warmup_steps must be >= 0; got {self.warmup_steps}")
+        require(
+            self.demo_share is None or 0.0 <= self.demo_share < 1.0,
+            f"finetune.demo_share must be null or in [0, 1); got {self.demo_share}",
+        )
+        require(self.weight_mode in WEIGHT_MODES, f"finetune.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'")  # fmt: skip
+        require(self.normalizer in NORMALIZER_MODES, f"finetune.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'")  # fmt: skip
+        for label, w in self.source_weights.items():
+            require(w >= 0, f"finetune.source_weights.{label} must be >= 0; got {w}")
+
+
+@dataclass
+class EvalSettings:
+    """Evaluation of every round's policy (``rewind-eval``: batched, 95% Wilson interval).
+
+    Attributes:
+        episodes: evaluation episodes (seeds ``seed..seed+episodes-1``, the same every round).
+        seed: first evaluation seed (demos use ``0..``, calibration ``calibration.seed..``).
+        num_envs: envs stepped in lockstep.
+        rewind: also evaluate with test-time rewind (monitor + ``restore``) on the same seeds.
+    """
+
+    episodes: int = 50
+    seed: int = 10000
+    num_envs: int = 10
+    rewind: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 1, f"eval.episodes must be >= 1; got {self.episodes}")
+        require(self.seed >= 0, f"eval.seed must be >= 0; got {self.seed}")
+        require(self.num_envs >= 1, f"eval.num_envs must be >= 1; got {self.num_envs}")
+
+
+@dataclass
+class CalibrationSettings:
+    """Calibration of the monitor for every round's weights (as ``rewind-calibrate``).
+
+    Attributes:
+        episodes: calibration rollouts (only the successful ones calibrate).
+        seed: first calibration seed.
+        max_demos: demos labelled for the checkpoint library.
+        fallback: with fewer successes than ``monitor.alpha`` needs, use the smallest alpha they allow
+            (``1/(n+1)``, recorded in the round) instead of failing.
+    """
+
+    episodes: int = 30
+    seed: int = 20000
+    max_demos: int = 30
+    fallback: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 1, f"calibration.episodes must be >= 1; got {self.episodes}")
+        require(self.seed >= 0, f"calibration.seed must be >= 0; got {self.seed}")
+        require(self.max_demos >= 1, f"calibration.max_demos must be >= 1; got {self.max_demos}")
+
+
+@dataclass
+class LoopConfig(CommandConfig):
+    """Schema of ``rewind-loop``.
+
+    Attributes:
+        env: the task (Hydra group ``env=``).
+        rounds: recovery rounds after the base (round 0); a resumed loop may raise it.
+        episodes_per_round: monitored episodes collected per round.
+        collect_seed: seed of the first collected episode (round ``r`` starts at
+            ``collect_seed + (r - 1) * episodes_per_round``).
+        base / recovery / finetune / monitor / calibration / eval: see their classes.
+        seed: seeds the training runs (round ``r`` trains with ``seed + r``).
+        device / num_threads: torch device and intra-op threads (1 is fastest on a busy 2-core CPU).
+        wandb: the loop's one W&B run (per-round table, success-vs-operator-steps chart).
+        progress: progress bars.
+    """
+
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(name="pick_place"))
+    rounds: int = 1
+    episodes_per_round: int = 30
+    collect_seed: int = 30000
+    base: BaseConfig = field(default_factory=BaseConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    monitor: MonitorConfig = field(default_factory=lambda: MonitorConfig(score="tide", alpha=0.1))
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    seed: int = 0
+    device: str = "cpu"
+    num_threads: int = 1
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.rounds >= 0, f"rounds must be >= 0; got {self.rounds}")
+        require(
+            self.episodes_per_round >= 1, f"episodes_per_round must be >= 1; got {self.episodes_per_round}"
+        )
+        require(self.collect_seed >= 0, f"collect_seed must be >= 0; got {self.collect_seed}")
+        require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
+        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
+        require(self.monitor.enabled or self.recovery.stall_steps > 0 or self.recovery.name == "guided",
+                "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "
+                "or recovery.stall_steps=N")  # fmt: skip

@@ -1,0 +1,177 @@
+"""One round's data collection: monitored episodes of the current policy, with a recovery source
+acting on alarms, recorded step by step and committed to the round's replay store.
+
+The runner (:class:`~rewind.monitor.runner.MonitoredEpisode`) runs with ``auto_rewind=False``: what an
+alarm does is the recovery source's decision (:mod:`rewind.loop.sources`). Each episode's policy
+noise is seeded by its env seed, so an episode does not depend on which episodes came before it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rewind.loop.sources import END, RecoverySource, keep_episode
+from rewind.monitor.recording import EpisodeRecording
+from rewind.monitor.runner import MonitoredEpisode
+from rewind.store import ReplayStore
+from rewind.utils.seeding import torch_generator
+
+log = logging.getLogger(__name__)
+
+
+class LoopRecording(EpisodeRecording):
+    """An :class:`EpisodeRecording` whose operator-step count uses the source's ``counted`` labels and
+    that can drop steps undone by a ``restore`` rewind."""
+
+    def __init__(self, pre_intervention_steps: int, counted: frozenset[str]) -> None:
+        super().__init__(pre_intervention_steps)
+        self.counted = counted
+
+    @property
+    def operator_steps(self) -> int:
+        """Steps whose label the source counts as operator effort."""
+        return sum(lbl in self.counted for lbl in self.labels)
+
+    def drop_from(self, step: int) -> int:
+        """Remove the trailing steps taken at control step ``step`` or later; returns how many."""
+        n = 0
+        while self.steps and self.steps[-1].step >= step:
+            self.steps.pop()
+            self.labels.pop()
+            n += 1
+        return n
+
+
+@dataclass
+class EpisodeOutcome:
+    """What one collected episode gave.
+
+    Attributes:
+        seed: env seed; success: the task was completed; steps: recorded steps.
+        interventions: times the source was triggered; alarms: monitor alarms; stalls: stall triggers.
+        operator_steps: steps counted as operator effort; labels: recorded steps per label.
+        ended_by: ``env`` (success, failure or step limit) or ``source`` (``after=end``).
+        kept: stored in the round's store; episode_id: its id there (``None`` if not kept).
+    """
+
+    seed: int
+    success: bool
+    steps: int
+    interventions: int
+    alarms: int
+    stalls: int
+    operator_steps: int
+    labels: dict[str, int]
+    ended_by: str
+    kept: bool = False
+    episode_id: int | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_episode(
+    ep: MonitoredEpisode,
+    source: RecoverySource,
+    seed: int,
+    recording: LoopRecording,
+    max_interventions: int,
+    stall_steps: int = 0,
+) -> EpisodeOutcome:
+    """One episode: the policy acts; on an alarm (or ``stall_steps`` policy steps without stage
+    progress) the source acts, at most ``max_interventions`` times; every step goes to ``recording``."""
+    ep.generator = torch_generator(seed, ep.device)
+    ep.reset(seed)
+    ep.on_step = recording.add
+    source.begin(ep, seed)
+    interventions = alarms = stalls = 0
+    best, since, ended_by = ep.base.stage(), ep.step_count, "env"
+    try:
+        while not ep.done:
+            res = ep.policy_step()
+            alarms += int(res.alarm)
+            stage = int(res.info.get("stage", 0))
+            if stage > best:
+                best, since = stage, ep.step_count
+            stalled = bool(stall_steps) and ep.step_count - since >= stall_steps
+            if stalled:
+                stalls += 1
+                ep.event("stall", res.step, stage=stage)
+            if not (res.alarm or stalled) or ep.done or not source.reacts_to_alarms:
+                continue
+            if interventions >= max_interventions:
+                since = ep.step_count
+                continue
+            interventions += 1
+            ep.event("intervention", res.step, source=source.name, trigger="alarm" if res.alarm else "stall")
+            verdict = source.on_trigger(ep, res, recording)
+            best, since = max(best, ep.base.stage()), ep.step_count
+            if verdict == END:
+                ended_by = "source"
+                break
+    finally:
+        source.finish(ep)
+        ep.on_step = None
+    log_ = ep.finish()
+    return EpisodeOutcome(seed, ep.success, len(recording), interventions, alarms, stalls,
+                          recording.operator_steps, recording.label_counts(), ended_by, events=log_.events)  # fmt: skip
+
+
+def collect_episodes(
+    make_episode: Callable[[], MonitoredEpisode],
+    source: RecoverySource,
+    seeds: Sequence[int],
+    store: ReplayStore | None,
+    keep: str,
+    policy_version: str,
+    round_: int,
+    pre_intervention_steps: int = 15,
+    max_interventions: int = 1,
+    stall_steps: int = 0,
+    progress: bool = False,
+) -> list[EpisodeOutcome]:
+    """Episodes ``seeds`` in order; the ones ``keep`` selects are committed to ``store`` atomically."""
+    ep = make_episode()
+    out: list[EpisodeOutcome] = []
+    bar = tqdm(seeds, desc=f"round {round_} {source.name}", disable=not progress)
+    with torch.no_grad():
+        for seed in bar:
+            rec = LoopRecording(pre_intervention_steps, source.counted)
+            o = run_episode(ep, source, int(seed), rec, max_interventions, stall_steps)
+            o.kept = keep_episode(keep, o.success, o.interventions) and len(rec) > 0
+            if o.kept and store is not None:
+                extra = {"events": o.events, "recovery": source.name, "interventions": o.interventions,
+                         "ended_by": o.ended_by}  # fmt: skip
+                o.episode_id = rec.commit(store, o.success, int(seed), policy_version, round_, extra).id
+            out.append(o)
+            bar.set_postfix(success=f"{np.mean([x.success for x in out]):.2f}", kept=sum(x.kept for x in out))
+    return out
+
+
+def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
+    """Counts over a round's episodes: success, interventions, operator steps, labels (kept episodes)."""
+    kept = [o for o in outcomes if o.kept]
+    labels: dict[str, int] = {}
+    for o in kept:
+        for k, v in o.labels.items():
+            labels[k] = labels.get(k, 0) + v
+    n = max(len(outcomes), 1)
+    return {
+        "episodes": len(outcomes),
+        "success_rate": sum(o.success for o in outcomes) / n,
+        "episodes_with_alarm": sum(o.alarms > 0 for o in outcomes),
+        "interventions": sum(o.interventions for o in outcomes),
+        "stalls": sum(o.stalls for o in outcomes),
+        "kept": len(kept),
+        "kept_steps": sum(o.steps for o in kept),
+        "operator_steps": sum(o.operator_steps for o in outcomes),
+        "operator_steps_kept": sum(o.operator_steps for o in kept),
+        "labels": dict(sorted(labels.items())),
+        "episode_ids": [o.episode_id for o in kept if o.episode_id is not None],
+        "per_episode": [{k: v for k, v in asdict(o).items() if k != "events"} for o in outcomes],
+    }

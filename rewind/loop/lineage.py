@@ -1,0 +1,107 @@
+"""The loop's folder protocol: identity, rounds done atomically, resume.
+
+Layout of a loop's ``out_dir``::
+
+    loop.json            identity: the config keys a resumed loop must share, written at the first start
+    round_00/            the base: demos/ (when built), train/ (when built), calibration/, eval/
+    round_01/            collect/ (the round's store), train/, calibration/, eval/ [eval_rewind/]
+    round_NN/round.json  the round's record (lineage + metrics): written atomically as its last act
+    report.md, *.png     the report, regenerated after every round
+
+A round counts as done only when its ``round.json`` exists. A restarted loop keeps the done rounds,
+deletes whatever an interrupted round left (except the store a person filled with ``rewind-teleop``,
+which is data) and runs it again from its start, with the same seeds: the result is the same as an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rewind.config import ConfigError
+from rewind.utils.io import atomic_write_json, to_jsonable
+
+log = logging.getLogger(__name__)
+
+IDENTITY = "loop.json"
+RECORD = "round.json"
+#: Config keys a resumed loop may change.
+RESUMABLE = ("out_dir", "rounds", "progress", "device", "num_threads", "wandb")
+
+
+def round_dir(out: Path, r: int) -> Path:
+    """``out/round_NN``."""
+    return out / f"round_{r:02d}"
+
+
+def identity(cfg: Any) -> dict[str, Any]:
+    """The part of the loop config a resumed loop must share (JSON-normalised)."""
+    full = json.loads(json.dumps(dataclasses.asdict(cfg), default=to_jsonable))
+    return {k: v for k, v in full.items() if k not in RESUMABLE}
+
+
+def _changed(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return [
+            c
+            for k in sorted(set(saved) | set(now))
+            for c in _changed(saved.get(k), now.get(k), f"{prefix}{k}.")
+        ]
+    return [] if saved == now else [prefix.rstrip(".")]
+
+
+def check_identity(out: Path, cfg: Any) -> bool:
+    """Write ``loop.json`` on a first start; on a restart refuse a config that differs in a key other
+    than :data:`RESUMABLE`. Returns ``True`` when the loop resumes."""
+    path = out / IDENTITY
+    now = identity(cfg)
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, now)
+        return False
+    changed = _changed(json.loads(path.read_text()), now)
+    if changed:
+        raise ConfigError(
+            f"out_dir {out} holds a loop started with other settings ({', '.join(changed[:6])}); only "
+            f"{', '.join(RESUMABLE)} may change on resume: use the same overrides or another out_dir"
+        )
+    return True
+
+
+def load_record(out: Path, r: int) -> dict[str, Any] | None:
+    """The record of round ``r`` if it is done, else ``None``."""
+    path = round_dir(out, r) / RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def clear_unfinished(out: Path, r: int, keep: tuple[str, ...] = ()) -> Path:
+    """Remove what an interrupted round ``r`` left (except the sub-folders ``keep``); return its folder."""
+    folder = round_dir(out, r)
+    if folder.exists():
+        leftovers = [p for p in folder.iterdir() if p.name not in keep]
+        if leftovers:
+            log.info("round %d was interrupted: removing %s and running it again", r,
+                     ", ".join(p.name for p in leftovers))  # fmt: skip
+        for p in leftovers:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def mark_done(out: Path, r: int, record: dict[str, Any]) -> None:
+    """Write round ``r``'s record atomically: from now on the round is done."""
+    atomic_write_json(round_dir(out, r) / RECORD, record)
+
+
+def rel(out: Path, path: str | Path) -> str:
+    """``path`` relative to ``out`` when inside it (records stay comparable across out_dirs)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(out.resolve()))
+    except ValueError:
+        return str(p)

@@ -1,0 +1,139 @@
+"""The loop's report: a Markdown file with matplotlib plots (regenerated after every round), the one
+W&B run of the loop (per-round table, success-vs-operator-steps chart) and the command's summary."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from rewind.metrics import MetricsLogger
+from rewind.utils.io import atomic_write_json, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+REPORT = "report.md"
+PLOT_COST = "success_vs_operator_steps.png"
+PLOT_ROUNDS = "success_by_round.png"
+WANDB_MARKER = "wandb_logged.json"
+
+
+def round_row(rec: dict[str, Any]) -> dict[str, Any]:
+    """One flat row per round: policy version, data, operator steps, success with its interval."""
+    ev, ops = rec["eval"], rec["operator_steps"]
+    coll = rec.get("collection") or {}
+    lo, hi = ev["success_ci95"]
+    evr = rec.get("eval_rewind") or {}
+    return {
+        "round": rec["round"], "policy_version": rec["policy"]["version"], "parent": rec["policy"]["parent"],
+        "episodes_collected": coll.get("episodes", 0), "episodes_kept": coll.get("kept", 0),
+        "interventions": coll.get("interventions", 0), "labels": coll.get("labels", {}),
+        "operator_steps_round": ops["round"], "operator_steps_recovery": ops["recovery"],
+        "operator_steps_total": ops["total"], "success_rate": ev["success_rate"], "success_ci95_low": lo,
+        "success_ci95_high": hi, "success_with_rewind": evr.get("success_rate"),
+        "alpha_used": rec["calibration"].get("alpha"), "threshold": rec["calibration"].get("threshold"),
+    }  # fmt: skip
+
+
+def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
+    """Success (95% Wilson interval) vs cumulative operator steps, and per round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    y = [r["success_rate"] for r in rows]
+    err = [[v - r["success_ci95_low"] for v, r in zip(y, rows, strict=True)],
+           [r["success_ci95_high"] - v for v, r in zip(y, rows, strict=True)]]  # fmt: skip
+    paths = []
+    for name, x, xlabel in ((PLOT_COST, [r["operator_steps_total"] for r in rows], "operator steps (demos + recovery)"),
+                            (PLOT_ROUNDS, [r["round"] for r in rows], "round")):  # fmt: skip
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label="policy")
+        rw = [
+            (xi, r["success_with_rewind"])
+            for xi, r in zip(x, rows, strict=True)
+            if r["success_with_rewind"] is not None
+        ]
+        if rw:
+            ax.plot(*zip(*rw, strict=True), marker="s", ls="--", label="+ test-time rewind")
+        for xi, yi, r in zip(x, y, rows, strict=True):
+            ax.annotate(f"r{r['round']}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set(xlabel=xlabel, ylabel="success rate (95% Wilson)", ylim=(0, 1.02), title=title)
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths
+
+
+def write_report(out: Path, records: list[dict[str, Any]], cfg: Any) -> Path:
+    """``report.md`` and its plots in ``out`` (overwritten after every round)."""
+    rows = [round_row(r) for r in records]
+    title = f"{cfg.env.name}: recovery={cfg.recovery.name}, finetune={cfg.finetune.mode}"
+    _plots(out, rows, title)
+    lines = [f"# rewind-loop report: {title}", "",
+             "| round | policy version | kept episodes | interventions | operator steps (round / total) "
+             "| success (95% Wilson) | with rewind |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        rw = "" if r["success_with_rewind"] is None else f"{r['success_with_rewind']:.0%}"
+        lines.append(
+            f"| {r['round']} | `{r['policy_version']}` | {r['episodes_kept']} | {r['interventions'] or 0} "
+            f"| {r['operator_steps_round']} / {r['operator_steps_total']} | {r['success_rate']:.0%} "
+            f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}] | {rw} |"
+        )
+    lines += ["", "Labels of the kept steps per round:", ""]
+    lines += [f"* round {r['round']}: {r['labels']}" for r in rows if r["round"] > 0]
+    lines += ["", f"![success vs operator steps]({PLOT_COST})", "", f"![success by round]({PLOT_ROUNDS})", "",
+              "Each round's record (lineage, data, calibration, evaluation): `round_NN/round.json`."]  # fmt: skip
+    return atomic_write_text(out / REPORT, "\n".join(lines) + "\n")
+
+
+def log_to_wandb(out: Path, records: list[dict[str, Any]], cfg: Any) -> None:
+    """The loop's one W&B run (and ``metrics.jsonl``): per-round scalars, the round table, the plots.
+    Logged once the loop has run its rounds; a finished loop run again logs nothing new."""
+    marker = out / WANDB_MARKER
+    if marker.exists() and __import__("json").loads(marker.read_text()).get("rounds") == len(records):
+        return
+    import dataclasses
+
+    rows = [round_row(r) for r in records]
+    name = f"loop-{cfg.env.name}-{cfg.recovery.name}-{cfg.finetune.mode}-{out.name}"
+    with MetricsLogger(out, cfg.wandb.project, cfg.wandb.mode, dataclasses.asdict(cfg), run_name=name,
+                       group=cfg.wandb.group) as metrics:  # fmt: skip
+        for r in rows:
+            metrics.log(
+                {f"loop/{k}": v for k, v in r.items() if isinstance(v, (int, float))}, step=r["round"]
+            )
+        metrics.log_table("loop/rounds", [{k: str(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows],
+                          step=len(rows) - 1)  # fmt: skip
+        for path in (out / PLOT_COST, out / PLOT_ROUNDS):
+            metrics.log_image(f"loop/{path.stem}", path, step=len(rows) - 1)
+        metrics.summary({"success_before": rows[0]["success_rate"], "success_after": rows[-1]["success_rate"],
+                         "operator_steps_recovery": rows[-1]["operator_steps_recovery"]})  # fmt: skip
+    atomic_write_json(marker, {"rounds": len(records)})
+
+
+def summarize_loop(
+    out: Path, records: list[dict[str, Any]], cfg: Any, waiting: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The command's summary; logs success before and after with their intervals."""
+    from rewind.loop.stages import success_text
+
+    first, last = records[0], records[-1]
+    log.info("rewind-loop %s recovery=%s finetune=%s:", cfg.env.name, cfg.recovery.name, cfg.finetune.mode)
+    for rec in records:
+        ops = rec["operator_steps"]
+        log.info("  round %d: success %s; operator steps %d this round, %d in all (demos %d)",
+                 rec["round"], success_text(rec["eval"]), ops["round"], ops["total"], ops["demos"])  # fmt: skip
+    log.info("success before %s -> after %s", success_text(first["eval"]), success_text(last["eval"]))
+    log.info("report: %s", out / REPORT)
+    return {
+        "status": "waiting_for_human" if waiting else "done", "rounds_done": len(records) - 1,
+        "success_before": first["eval"]["success_rate"], "success_before_ci95": first["eval"]["success_ci95"],
+        "success_after": last["eval"]["success_rate"], "success_after_ci95": last["eval"]["success_ci95"],
+        "operator_steps_recovery": last["operator_steps"]["recovery"], "operator_steps_demos": last["operator_steps"]["demos"],
+        "report": str(out / REPORT), "rounds": [round_row(r) for r in records],
+        **({"next_command": waiting["command"]} if waiting else {}),
+    }  # fmt: skip

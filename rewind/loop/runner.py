@@ -1,0 +1,248 @@
+"""``run_loop``: the base (round 0), then recovery rounds: collect under the monitor, store, fine-tune,
+recalibrate, evaluate. Resumable at round granularity (:mod:`rewind.loop.lineage`)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rewind.collect import store_spec_for
+from rewind.envs.config import build_env
+from rewind.eval.runner import resolve_weights
+from rewind.loop import stages
+from rewind.loop.config import LoopConfig
+from rewind.loop.episodes import collect_episodes, summarize_outcomes
+from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
+from rewind.loop.report import log_to_wandb, summarize_loop, write_report
+from rewind.loop.sources import SourceContext, is_external, make_source, teleop_command
+from rewind.monitor.rollouts import load_policy
+from rewind.monitor.runner import MonitoredEpisode, RewindConfig
+from rewind.monitor.setup import load_monitor
+from rewind.policies.io import read_policy_meta, weights_hash
+from rewind.store import ReplayStore
+from rewind.train import policy_api
+from rewind.train.trainer import resolve_device
+
+log = logging.getLogger(__name__)
+
+#: ``hook(round, stage)`` called before each stage (tests use it to stand in for a kill).
+StageHook = Callable[[int, str], None]
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], name: str, hook: StageHook | None, r: int) -> Iterator[None]:
+    if hook is not None:
+        hook(r, name)
+    t0 = time.perf_counter()
+    yield
+    timings[name] = round(time.perf_counter() - t0, 2)
+
+
+def _policy_record(out: Path, weights: Path, parent: str | None) -> dict[str, Any]:
+    return {"version": policy_api.weights_version(weights), "weights": rel(out, weights),
+            "sha256": weights_hash(weights), "parent": parent}  # fmt: skip
+
+
+def _abs(out: Path, path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else out / p
+
+
+def _finish_round(cfg: LoopConfig, out: Path, r: int, weights: Path, demos: str, t: dict[str, float],
+                  hook: StageHook | None) -> dict[str, Any]:  # fmt: skip
+    """Calibrate and evaluate round ``r``'s weights (and with ``eval.rewind``, evaluate with rewind)."""
+    folder = round_dir(out, r)
+    with _timed(t, "calibrate", hook, r):
+        cal = stages.calibrate_policy(cfg, weights, demos, folder / "calibration")
+    with _timed(t, "eval", hook, r):
+        ev = stages.evaluate(cfg, weights, folder / "eval")
+    evr = None
+    if cfg.eval.rewind and cal["calibrated"]:
+        with _timed(t, "eval_rewind", hook, r):
+            evr = stages.evaluate(cfg, weights, folder / "eval_rewind", cal["folder"])
+    if cal.get("folder"):
+        cal["folder"] = rel(out, cal["folder"])
+    log.info("round %d: success %s", r, stages.success_text(ev))
+    return {"calibration": cal, "eval": ev, "eval_rewind": evr}
+
+
+def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> dict[str, Any]:
+    """Round 0: the base policy (built from scripted demos unless ``base.policy_path``), calibrated and
+    evaluated."""
+    done = load_record(out, 0)
+    if done is not None:
+        return done
+    folder, t = clear_unfinished(out, 0), {}
+    b = cfg.base
+    if b.policy_path:
+        weights = resolve_weights(b.policy_path)
+        demos = b.demos_path or read_policy_meta(weights)["extra"].get("store")
+        if not demos:
+            from rewind.config import ConfigError
+
+            raise ConfigError(f"base.demos_path: the weights {weights} do not name their demo store; set it")
+    else:
+        with _timed(t, "demos", hook, 0):
+            stages.collect_demos(cfg, folder / "demos")
+        demos = str(folder / "demos" / "store")
+        node = {"data": {"path": demos, "val_fraction": 0.0}, "policy": dict(b.policy), "seed": cfg.seed,
+                "train": stages.optim_node(b.steps, b.batch_size, b.lr, b.warmup_steps)}  # fmt: skip
+        with _timed(t, "train", hook, 0):
+            stages.train(cfg, folder / "train", node)
+        weights = resolve_weights(str(folder / "train"))
+    demo_counts = stages.store_counts(demos)
+    record = {"round": 0, "policy": _policy_record(out, weights, None), "demos": rel(out, demos),
+              "data": {"demos": {k: v for k, v in demo_counts.items() if k != "episode_ids"}, "rounds": {}},
+              **_finish_round(cfg, out, 0, weights, demos, t, hook)}  # fmt: skip
+    record["operator_steps"] = {"demos": demo_counts["operator_steps"], "round": 0, "recovery": 0,
+                                "total": demo_counts["operator_steps"]}  # fmt: skip
+    record["timings_s"] = t
+    mark_done(out, 0, record)
+    return record
+
+
+def _collect(cfg: LoopConfig, out: Path, r: int, prev: dict[str, Any]) -> dict[str, Any]:
+    """Round ``r``'s episodes under the previous round's policy and monitor, into ``collect/store``."""
+    folder = round_dir(out, r) / "collect"
+    store_path, weights = folder / "store", _abs(out, prev["policy"]["weights"])
+    cal = prev["calibration"]
+    cal_folder = str(_abs(out, cal["folder"])) if cal.get("calibrated") else None
+    seed0 = cfg.collect_seed + (r - 1) * cfg.episodes_per_round
+    if is_external(cfg.recovery):
+        return _external(cfg, r, store_path, weights, cal_folder, seed0)
+    env = build_env(cfg.env)
+    try:
+        loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
+        mcfg = dataclasses.replace(cfg.monitor, calibration=cal_folder) if cal_folder else None
+        monitor, tracker, _ = (
+            load_monitor(mcfg, loaded.policy, loaded.weights_hash) if mcfg else (None, None, {})
+        )
+        source = make_source(cfg.recovery, cfg.env.name)
+        ctx = SourceContext(
+            env, loaded, str(_abs(out, prev.get("demos") or "")), folder, r, cfg.progress, cfg.seed
+        )
+        prepared = source.prepare(ctx)
+        rw = RewindConfig(mode=cfg.recovery.rewind_mode, max_rewinds=10**6, auto_rewind=False)
+        device = next(loaded.policy.parameters()).device
+
+        def make() -> MonitoredEpisode:
+            return MonitoredEpisode(env, loaded.policy, monitor, tracker, rw, device)
+
+        rc, seeds = cfg.recovery, range(seed0, seed0 + cfg.episodes_per_round)
+        with ReplayStore.open_or_create(store_path, store_spec_for(env)) as store:
+            outcomes = collect_episodes(make, source, seeds, store, rc.keep, loaded.version, r,
+                                        rc.pre_intervention_steps, rc.max_interventions, rc.stall_steps, cfg.progress)  # fmt: skip
+    finally:
+        env.close()
+    summary = {**summarize_outcomes(outcomes), "source": prepared}
+    stages.atomic_write_json(folder / "summary.json", summary)
+    return {k: v for k, v in summary.items() if k != "per_episode"}
+
+
+def _external(
+    cfg: LoopConfig, r: int, store: Path, weights: Path, cal: str | None, seed0: int
+) -> dict[str, Any]:
+    """A ``human`` round filled by ``rewind-teleop``: its counts, or what to run when it is not full yet."""
+    have = stages.store_counts(store)["episodes"] if store.exists() else 0
+    if have < cfg.episodes_per_round:
+        cmd = teleop_command(cfg.env.name, str(weights), cal, str(store), r, seed0 + have,
+                             cfg.episodes_per_round - have, cfg.recovery.rewind_mode)  # fmt: skip
+        return {"status": "waiting_for_human", "have": have, "need": cfg.episodes_per_round, "command": cmd}
+    counts = stages.store_counts(store)
+    with ReplayStore.open(store) as s:
+        ok = sum(bool(i.success) for i in s.episodes())
+    return {"episodes": counts["episodes"], "success_rate": ok / max(counts["episodes"], 1), "kept": counts["episodes"],
+            "kept_steps": counts["steps"], "operator_steps": counts["operator_steps"], "labels": counts["labels"],
+            "episode_ids": counts["episode_ids"], "interventions": None}  # fmt: skip
+
+
+def _finetune_node(
+    cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``rewind-train`` node of round ``r`` and the data it sees (for the record)."""
+    f, base, prev = cfg.finetune, records[0], records[-1]
+    rounds = range(1, r + 1) if f.all_rounds else [r]
+    stores = {q: round_dir(out, q) / "collect" / "store" for q in rounds}
+    counts = {q: stages.store_counts(p) for q, p in stores.items() if p.exists()}
+    used = [q for q, c in counts.items() if c["episodes"] > 0]
+    demos = str(_abs(out, base["demos"]))
+    meta = read_policy_meta(_abs(out, base["policy"]["weights"]))
+    mix = stages.mix_shares(f.demo_share, [counts[q]["steps"] for q in used])
+    node: dict[str, Any] = {"data": {"path": demos, "extra_paths": [str(stores[q]) for q in used], "mix": mix,
+                                     "val_fraction": 0.0, "source_weights": dict(f.source_weights),
+                                     "weight_mode": f.weight_mode},
+                            "policy": {"name": meta["policy_type"], **meta["config"]}, "seed": cfg.seed + r,
+                            "train": stages.optim_node(f.steps, f.batch_size, f.lr, f.warmup_steps)}  # fmt: skip
+    if f.mode == "ft":
+        node["init"] = {"from_weights": str(_abs(out, prev["policy"]["weights"])), "normalizer": f.normalizer}
+    elif f.normalizer == "keep":
+        node["init"] = {"from_weights": str(_abs(out, base["policy"]["weights"])), "load_weights": False}
+    data = {"demos": base["data"]["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix}
+    return node, data
+
+
+def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]],
+                   hook: StageHook | None = None) -> dict[str, Any]:  # fmt: skip
+    """Round ``r >= 1``: collect, fine-tune, calibrate, evaluate; returns its record (``status`` set
+    to ``waiting_for_human`` when a person still has to supply the round's data)."""
+    prev, t = records[-1], {}
+    clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
+    with _timed(t, "collect", hook, r):
+        coll = _collect(cfg, out, r, prev)
+    if coll.get("status") == "waiting_for_human":
+        return coll
+    node, data = _finetune_node(cfg, out, r, records)
+    with _timed(t, "finetune", hook, r):
+        stages.train(cfg, round_dir(out, r) / "train", node)
+    weights = resolve_weights(str(round_dir(out, r) / "train"))
+    init = dict(node.get("init") or {})
+    if init:
+        init["from_weights"] = rel(out, init["from_weights"])
+    finetune = {"mode": cfg.finetune.mode, "steps": cfg.finetune.steps, "init": init or None,
+                "source_weights": dict(cfg.finetune.source_weights)}  # fmt: skip
+    demos = str(_abs(out, records[0]["demos"]))
+    record = {"round": r, "policy": _policy_record(out, weights, prev["policy"]["version"]),
+              "demos": records[0]["demos"], "finetune": finetune, "data": data, "collection": coll,
+              **_finish_round(cfg, out, r, weights, demos, t, hook)}  # fmt: skip
+    spent = int(coll["operator_steps"] or 0)
+    ops = prev["operator_steps"]
+    record["operator_steps"] = {"demos": ops["demos"], "round": spent, "recovery": ops["recovery"] + spent,
+                                "total": ops["total"] + spent}  # fmt: skip
+    record["timings_s"] = t
+    mark_done(out, r, record)
+    return record
+
+
+def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
+    """Entry point of ``rewind-loop``; returns the summary (success before and after, per round)."""
+    out = Path(cfg.out_dir)
+    if check_identity(out, cfg):
+        log.info("resuming the loop in %s", out)
+    threads = torch.get_num_threads()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    waiting = None
+    try:
+        records = [base_round(cfg, out, hook)]
+        write_report(out, records, cfg)
+        for r in range(1, cfg.rounds + 1):
+            rec = load_record(out, r) or recovery_round(cfg, out, r, records, hook)
+            if rec.get("status") == "waiting_for_human":
+                waiting = rec
+                log.warning("round %d needs %d more human episodes: run\n  %s\nthen run this rewind-loop command again",
+                            r, rec["need"] - rec["have"], rec["command"])  # fmt: skip
+                break
+            records.append(rec)
+            write_report(out, records, cfg)
+    finally:
+        torch.set_num_threads(threads)
+    if waiting is None:
+        log_to_wandb(out, records, cfg)
+    return summarize_loop(out, records, cfg, waiting)

@@ -1,0 +1,290 @@
+"""Recovery sources: what happens when the monitor fires during a loop round (``recovery=NAME``).
+
+Every source implements one method, :meth:`RecoverySource.on_trigger`, called by
+:func:`rewind.loop.episodes.run_episode` when a policy step raises an alarm (or the episode stalls).
+It acts on the :class:`~rewind.monitor.runner.MonitoredEpisode` through the runner's own API
+(``rewind``, ``external_step``), so every executed step reaches the episode's recording with its label,
+and returns :data:`CONTINUE` (the policy drives again) or :data:`END` (stop the episode here).
+
+========  =====================================================================  ===================
+source    at the alarm                                                            labels written
+========  =====================================================================  ===================
+retry     rewind (``restore``: the undone steps are dropped from the record)      policy
+operator  RaC: rewind in ``drive`` mode, then the scripted operator completes     recovery, correction
+          the current stage; then end the episode (``after=end``) or hand back
+dagger    HG-DAgger: the operator takes over at once (no rewind) until the        correction
+          stage (or the task) is done
+human     a :class:`Person` decides and acts (``rewind-teleop`` or a stand-in)    human, recovery
+guided    (no alarm handling) the policy is steered by ReGuide guidance           guided
+========  =====================================================================  ===================
+
+The policy steps just before an intervention become ``pre_intervention`` (Sirius). Steps of
+``recovery``, ``correction`` and ``human`` count as operator steps, the cost axis of every comparison;
+``retry`` counts none (its ``drive`` rewinds are the runner's own controller, not a person).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+
+from rewind.config import ConfigError
+from rewind.envs import make_operator
+from rewind.envs.operators.base import Operator, OperatorNoise
+from rewind.envs.operators.handback import complete_current_stage
+from rewind.monitor.recording import OPERATOR_SOURCES
+from rewind.monitor.runner import MonitoredEpisode, StepResult
+
+if TYPE_CHECKING:
+    from rewind.loop.config import RecoveryConfig
+    from rewind.loop.episodes import LoopRecording
+
+#: Verdicts of :meth:`RecoverySource.on_trigger`.
+CONTINUE, END = "continue", "end"
+
+#: name -> ``module:Class`` (imported on use, so ``guided`` may import this module).
+RECOVERY_SOURCES: dict[str, str] = {
+    "retry": "rewind.loop.sources:RetrySource",
+    "operator": "rewind.loop.sources:OperatorSource",
+    "dagger": "rewind.loop.sources:DaggerSource",
+    "human": "rewind.loop.sources:HumanSource",
+    "guided": "rewind.loop.guided:GuidedSource",
+}
+#: Which episodes a round stores (``recovery.keep``).
+KEEP_RULES = ("all", "useful", "success", "intervened")
+#: Who is behind ``recovery=human``.
+PERSONS = ("teleop", "scripted")
+
+
+@dataclass
+class SourceContext:
+    """What a round gives its recovery source to prepare with.
+
+    Attributes:
+        env: the round's env; loaded: the current policy weights (``rewind.monitor.rollouts.LoadedPolicy``).
+        demos_path: the demo store; folder: the round's folder for the source's own files.
+        round: the round number; progress: show progress bars; seed: the loop's seed.
+    """
+
+    env: Any
+    loaded: Any
+    demos_path: str
+    folder: Path
+    round: int
+    progress: bool = False
+    seed: int = 0
+
+
+def keep_episode(rule: str, success: bool, interventions: int) -> bool:
+    """Whether an episode is stored under ``rule`` (see :data:`KEEP_RULES`)."""
+    return {"all": True, "useful": success or interventions > 0, "success": success,
+            "intervened": interventions > 0}[rule]  # fmt: skip
+
+
+class EpisodeAsEnv:
+    """A :class:`MonitoredEpisode` seen as a gym env by a scripted operator: each ``step`` is an
+    ``external_step`` with label ``source`` (recorded, counted, policy queue cleared)."""
+
+    def __init__(self, ep: MonitoredEpisode, source: str) -> None:
+        self.ep, self.source = ep, source
+
+    @property
+    def unwrapped(self) -> Any:
+        """The task env (what operators read)."""
+        return self.ep.base
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Apply ``action`` as ``source``; returns ``(obs, 0.0, done, False, info)``."""
+        res = self.ep.external_step(action, self.source)
+        return self.ep.obs, 0.0, res.done, False, res.info
+
+
+def drive_operator(ep: MonitoredEpisode, operator: Operator, label: str, until: str, budget: int) -> int:
+    """The operator drives ``ep`` (label ``label``) until the current ``stage`` or the whole ``task`` is
+    done, the episode ends, or ``budget`` steps are spent; returns the steps taken."""
+    env, steps = EpisodeAsEnv(ep, label), 0
+    while steps < budget and not ep.done:
+        res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
+        steps += res.steps
+        if until == "stage" or res.done or not res.completed or res.steps == 0:
+            break
+    return steps
+
+
+class RecoverySource(ABC):
+    """What a round does when the monitor fires (see the module docstring).
+
+    Args:
+        cfg: the ``recovery`` node; env_name: the task (for its scripted operator).
+
+    Class attributes:
+        counted: labels counted as operator steps in this source's episodes.
+        reacts_to_alarms: whether :meth:`on_trigger` is called at all.
+    """
+
+    name: ClassVar[str] = ""
+    counted: ClassVar[frozenset[str]] = OPERATOR_SOURCES
+    reacts_to_alarms: ClassVar[bool] = True
+
+    def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
+        self.cfg, self.env_name = cfg, env_name
+        self.operator: Operator = make_operator(env_name, noise=OperatorNoise(action_std=cfg.operator_noise))
+        self._seed, self._count = 0, 0
+
+    def prepare(self, ctx: SourceContext) -> dict[str, Any]:
+        """Build what the source needs before the round's episodes (default: nothing); returns what to
+        record in the round (e.g. the guided source's models)."""
+        return {}
+
+    def begin(self, ep: MonitoredEpisode, seed: int) -> None:
+        """A new episode with env seed ``seed`` starts (after ``ep.reset``)."""
+        self._seed, self._count = seed, 0
+
+    def fresh_operator(self) -> Operator:
+        """The scripted operator, reset with a generator seeded by (episode seed, intervention index)."""
+        self._count += 1
+        self.operator.reset(np.random.default_rng(np.random.SeedSequence([self._seed, 0x0FE, self._count])))
+        return self.operator
+
+    @abstractmethod
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
+        """React to an alarm (or stall) at policy step ``res``; return :data:`CONTINUE` or :data:`END`."""
+
+    def finish(self, ep: MonitoredEpisode) -> None:  # noqa: B027 (optional hook)
+        """The episode is over (undo per-episode changes to the policy)."""
+
+
+class RetrySource(RecoverySource):
+    """Rewind and let the policy try again; in ``restore`` mode the undone steps leave the record, so a
+    kept episode is one continuous successful trajectory of the policy (``keep=success``)."""
+
+    name = "retry"
+    counted = frozenset()
+
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
+        """Rewind to the latest reached checkpoint."""
+        ev = ep.rewind(mode=self.cfg.rewind_mode)
+        if self.cfg.rewind_mode == "restore":
+            recording.drop_from(int(ev["checkpoint_step"]))
+        return CONTINUE
+
+
+class OperatorSource(RecoverySource):
+    """RaC: recovery (rewind, ``drive`` mode: the drive back is recorded as ``recovery``), then
+    correction (the scripted operator completes the current stage), then end or hand back."""
+
+    name = "operator"
+
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
+        """Recover, correct, then ``recovery.after``."""
+        ep.rewind(mode=self.cfg.rewind_mode)
+        if self.cfg.rewind_mode == "restore":
+            recording.drop_from(ep.step_count)
+        if not ep.done:
+            drive_operator(ep, self.fresh_operator(), "correction", "stage", self.cfg.max_correction_steps)
+        return END if self.cfg.after == "end" else CONTINUE
+
+
+class DaggerSource(RecoverySource):
+    """HG-DAgger: the operator takes over where the policy is (no rewind) and corrects until the stage
+    (``until=stage``) or the task (``until=task``) is done; then end or hand back."""
+
+    name = "dagger"
+
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
+        """Take over, correct, then ``recovery.after``."""
+        drive_operator(ep, self.fresh_operator(), "correction", self.cfg.until, self.cfg.max_correction_steps)
+        return END if self.cfg.after == "end" else CONTINUE
+
+
+class Person(Protocol):
+    """Someone who takes over at an alarm: the plug of ``recovery=human``.
+
+    ``intervene`` acts on the episode only through the runner's API: ``ep.rewind(mode=...)`` (a
+    ``drive`` rewind is recorded as ``recovery``) and ``ep.external_step(action, "human")``; it returns
+    ``"handback"`` (the policy drives again) or ``"end"``. The teleop tool (``rewind-teleop``) is this
+    protocol with a person in a browser: it writes its episodes into the round's store itself, so
+    the loop runs it out of process (see :class:`HumanSource`).
+    """
+
+    def begin(self, seed: int) -> None:
+        """A new episode with env seed ``seed`` starts."""
+
+    def intervene(self, ep: MonitoredEpisode, alarm: StepResult) -> str:
+        """Take over at ``alarm``; return ``"handback"`` or ``"end"``."""
+
+
+class ScriptedPerson:
+    """A stand-in person: rewinds like RaC, then the scripted operator completes the stage, labelled
+    ``human``. Used by tests and to dry-run a human round without a browser."""
+
+    def __init__(self, operator: Operator, rewind_mode: str, after: str, budget: int) -> None:
+        self.operator, self.rewind_mode, self.after, self.budget = operator, rewind_mode, after, budget
+        self._seed, self._count = 0, 0
+
+    def begin(self, seed: int) -> None:
+        """Remember the episode seed (the operator's style is drawn from it)."""
+        self._seed, self._count = seed, 0
+
+    def intervene(self, ep: MonitoredEpisode, alarm: StepResult) -> str:
+        """Rewind (``drive``: recorded as ``recovery``), then drive the stage to completion as ``human``."""
+        self._count += 1
+        self.operator.reset(np.random.default_rng(np.random.SeedSequence([self._seed, 0x4A, self._count])))
+        ep.rewind(mode=self.rewind_mode)
+        if not ep.done:
+            drive_operator(ep, self.operator, "human", "stage", self.budget)
+        return "end" if self.after == "end" else "handback"
+
+
+class HumanSource(RecoverySource):
+    """A :class:`Person` takes over at each alarm. With ``person=teleop`` the round's episodes come from
+    ``rewind-teleop`` (out of process, see :func:`teleop_command`); ``person=scripted`` runs the
+    stand-in in process."""
+
+    name = "human"
+
+    def __init__(self, cfg: RecoveryConfig, env_name: str, person: Person | None = None) -> None:
+        super().__init__(cfg, env_name)
+        self.person: Person = person or ScriptedPerson(
+            self.operator, cfg.rewind_mode, cfg.after, cfg.max_correction_steps
+        )
+
+    def begin(self, ep: MonitoredEpisode, seed: int) -> None:
+        """Tell the person a new episode starts."""
+        super().begin(ep, seed)
+        self.person.begin(seed)
+
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
+        """Let the person intervene."""
+        verdict = self.person.intervene(ep, res)
+        if verdict not in ("handback", "end"):
+            raise ValueError(f"Person.intervene must return 'handback' or 'end'; got {verdict!r}")
+        return END if verdict == "end" else CONTINUE
+
+
+def is_external(cfg: RecoveryConfig) -> bool:
+    """The round's data comes from another program (a person with ``rewind-teleop``)."""
+    return cfg.name == "human" and cfg.person == "teleop"
+
+
+def teleop_command(env: str, policy_path: str, calibration: str | None, store: str, round_: int,
+                   seed: int, episodes: int, rewind_mode: str) -> str:  # fmt: skip
+    """The ``rewind-teleop`` command that fills a human round's store."""
+    parts = ["rewind-teleop", f"env={env}", f"policy_path={policy_path}", f"store={store}", f"round={round_}",
+             f"seed={seed}", f"max_episodes={episodes}", f"rewind_mode={rewind_mode}", "auto_pause=true"]  # fmt: skip
+    if calibration:
+        parts.insert(3, f"calibration={calibration}")
+    return " ".join(parts)
+
+
+def make_source(cfg: RecoveryConfig, env_name: str, **kwargs: Any) -> RecoverySource:
+    """The recovery source ``cfg.name``; an unknown name lists the valid ones."""
+    if cfg.name not in RECOVERY_SOURCES:
+        raise ConfigError(f"recovery.name must be one of [{', '.join(RECOVERY_SOURCES)}]; got '{cfg.name}'")
+    module, _, cls = RECOVERY_SOURCES[cfg.name].partition(":")
+    return getattr(importlib.import_module(module), cls)(cfg, env_name, **kwargs)

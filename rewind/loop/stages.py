@@ -1,0 +1,175 @@
+"""The steps of a loop round, each a call into the command it stands for (in process, one folder each):
+demos (``rewind-collect``), training (``rewind-train``), calibration (``rewind-calibrate``, with a
+fallback for weak policies) and evaluation (``rewind-eval``). Every step writes ``summary.json``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewind.collect import CollectConfig, run_collect
+from rewind.config import to_dataclass
+from rewind.envs.config import build_env
+from rewind.eval.config import EvalConfig
+from rewind.eval.runner import run_eval
+from rewind.loop.config import LoopConfig
+from rewind.monitor.checkpoints import build_library, make_labeler
+from rewind.monitor.conformal import CalibrationError, calibrate
+from rewind.monitor.rollouts import load_policy, run_monitored
+from rewind.monitor.runner import Monitor, RewindConfig
+from rewind.monitor.setup import build_score, encode_episodes, save_reference, score_params
+from rewind.store import ReplayStore
+from rewind.train import TrainConfig, run_train
+from rewind.train.trainer import resolve_device
+from rewind.utils.io import atomic_write_json
+from rewind.utils.stats import wilson_interval
+
+log = logging.getLogger(__name__)
+
+
+def collect_demos(cfg: LoopConfig, folder: Path) -> dict[str, Any]:
+    """``cfg.base.demos`` scripted demos (seeds ``0..``) into ``folder/store``."""
+    ccfg = CollectConfig(out_dir=str(folder), env=cfg.env, episodes=cfg.base.demos, seed=0,
+                         out=str(folder / "store"), progress=cfg.progress)  # fmt: skip
+    summary = run_collect(ccfg)
+    atomic_write_json(folder / "summary.json", summary)
+    return summary
+
+
+def train(cfg: LoopConfig, folder: Path, node: dict[str, Any]) -> dict[str, Any]:
+    """One ``rewind-train`` run in ``folder`` from a config ``node`` (the loop's device/threads/W&B added)."""
+    full = {"out_dir": str(folder), "env": {"name": cfg.env.name}, "device": cfg.device,
+            "num_threads": cfg.num_threads, "wandb": {"mode": "disabled"}, "progress": cfg.progress, **node}  # fmt: skip
+    summary = run_train(to_dataclass(full, TrainConfig))
+    atomic_write_json(folder / "summary.json", summary)
+    return summary
+
+
+def optim_node(steps: int, batch_size: int, lr: float, warmup: int) -> dict[str, Any]:
+    """The ``train`` node of a loop training run (one save at the end, no intermediate validation)."""
+    return {"steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": min(warmup, steps - 1),
+            "save_every": steps, "val_every": 0, "log_every": max(1, min(50, steps))}  # fmt: skip
+
+
+def _calibration_rollouts(
+    cfg: LoopConfig, weights: Path, demos_path: str, folder: Path
+) -> tuple[Any, Any, list]:
+    """Checkpoint library + score traces of ``calibration.episodes`` rollouts without rewinds."""
+    env = build_env(cfg.env)
+    try:
+        loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
+        with ReplayStore.open(demos_path) as store:
+            demos = [store.load(i.id) for i in store.episodes(success=True)[: cfg.calibration.max_demos]]
+        labeler = make_labeler(cfg.monitor.labeler)
+        build_library(loaded.policy, demos, env.unwrapped, labeler, loaded.weights_hash).save(folder)
+        reference = None
+        if cfg.monitor.score == "embedding_ood":
+            reference = encode_episodes(loaded.policy, demos)
+            save_reference(folder, reference)
+        c = cfg.calibration
+        score = build_score(
+            cfg.monitor.score, score_params(cfg.monitor.score, cfg.monitor, c.seed), reference
+        )
+        seeds = list(range(c.seed, c.seed + c.episodes))
+        records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
+                                        seeds, c.seed, progress=cfg.progress, desc="calibrate")  # fmt: skip
+    finally:
+        env.close()
+    return loaded, score, [(t, r.success) for t, r in zip(traces, records, strict=True)]
+
+
+def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> dict[str, Any]:
+    """Calibrate ``cfg.monitor`` for ``weights`` into ``folder`` (as ``rewind-calibrate``).
+
+    With fewer successful rollouts than ``monitor.alpha`` needs and ``calibration.fallback``, the
+    smallest alpha they allow (``1/(n+1)``: the threshold is their maximum score) is used and recorded.
+    Without any success there is no calibration: ``{"calibrated": false}`` (no alarms this round).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    loaded, score, runs = _calibration_rollouts(cfg, weights, demos_path, folder)
+    good = [t for t, ok in runs if ok]
+    out: dict[str, Any] = {
+        "episodes": len(runs),
+        "successes": len(good),
+        "alpha_requested": cfg.monitor.alpha,
+    }
+    alpha, band = cfg.monitor.alpha, cfg.monitor.band
+    meta = {
+        "score_params": score.params(),
+        "env": cfg.env.name,
+        "n_action_steps": loaded.policy.n_action_steps,
+    }
+    try:
+        cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=band, **meta)
+    except CalibrationError as exc:
+        if not (cfg.calibration.fallback and good):
+            if cfg.calibration.fallback:
+                log.warning(
+                    "calibration: no successful rollout of %d; this round runs without alarms", len(runs)
+                )
+                out.update(calibrated=False, reason=str(exc))
+                atomic_write_json(folder / "summary.json", out)
+                return out
+            raise
+        alpha, band = 1.0 / (len(good) + 1), False
+        log.warning("calibration: %s; falling back to alpha=%.3f (the largest score of the %d successes)",
+                    exc, alpha, len(good))  # fmt: skip
+        cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=False, **meta)
+    cal.save(folder)
+    out.update(calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n, threshold=cal.threshold)
+    atomic_write_json(folder / "summary.json", out)
+    return out
+
+
+def _eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None) -> EvalConfig:
+    e = cfg.eval
+    node: dict[str, Any] = {"out_dir": str(folder), "policy_path": str(weights), "env": {"name": cfg.env.name},
+                            "episodes": e.episodes, "seed": e.seed, "num_envs": e.num_envs, "device": cfg.device,
+                            "num_threads": cfg.num_threads, "wandb": {"mode": "disabled"}, "progress": cfg.progress}  # fmt: skip
+    if cfg.env.max_steps is not None:
+        node["env"]["max_steps"] = cfg.env.max_steps
+    if calibration is not None:
+        node["monitor"] = {**asdict(cfg.monitor), "calibration": calibration}
+        node["rewind"] = {"mode": "restore", "max_rewinds": 3}
+    return to_dataclass(node, EvalConfig)
+
+
+def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> dict[str, Any]:
+    """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (with ``calibration``: test-time
+    rewind, ``restore``); returns success, its 95% Wilson interval and the stage histogram."""
+    summary = run_eval(_eval_config(cfg, weights, folder, calibration))
+    keep = ("episodes", "successes", "success_rate", "success_ci95", "max_stage_histogram", "mean_length")
+    out = {k: summary[k] for k in keep}
+    if "monitor" in summary:
+        out["monitor"] = {k: v for k, v in summary["monitor"].items() if isinstance(v, (int, float, str))}
+    atomic_write_json(folder / "summary.json", {**out, "records": summary["records"]})
+    return out
+
+
+def success_text(ev: dict[str, Any]) -> str:
+    """``62% [48%, 74%] (31/50)``."""
+    lo, hi = ev.get("success_ci95") or wilson_interval(ev["successes"], ev["episodes"])
+    return f"{ev['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] ({ev['successes']}/{ev['episodes']})"
+
+
+def store_counts(path: str | Path) -> dict[str, Any]:
+    """Episodes, steps, steps per label, operator steps and ids of a store."""
+    with ReplayStore.open(path) as store:
+        s = store.summary()
+        ids = [e.id for e in store.episodes()]
+    labels = {k: v for k, v in s["steps_by_source"].items() if v}
+    return {"episodes": s["episodes"], "steps": s["steps"], "labels": labels,
+            "operator_steps": s["n_operator_steps"], "episode_ids": ids}  # fmt: skip
+
+
+def mix_shares(demo_share: float | None, steps: list[int]) -> list[float]:
+    """``data.mix`` for ``[demos, *rounds]``: the demo share, the rest split by the rounds' step counts
+    (``[]`` when ``demo_share`` is ``None``: every window equally likely)."""
+    if demo_share is None or not steps:
+        return []
+    total = float(np.sum(steps))
+    return [demo_share, *[(1.0 - demo_share) * s / total for s in steps]]

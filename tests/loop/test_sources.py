@@ -1,0 +1,132 @@
+"""Recovery sources on a real (tiny) policy in real MuJoCo: labels, operator steps, keep rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rewind.config import ConfigError, to_dataclass
+from rewind.envs.registry import make_env
+from rewind.loop.config import RecoveryConfig
+from rewind.loop.episodes import LoopRecording, collect_episodes, run_episode
+from rewind.loop.sources import HumanSource, keep_episode, make_source
+from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, make_score
+from rewind.monitor.rollouts import load_policy
+from rewind.store import ReplayStore
+
+OPERATOR_LABELS = {"recovery", "correction", "human"}
+
+
+@pytest.fixture()
+def parts(tiny_base):
+    env = make_env("lift", max_steps=60)
+    loaded = load_policy(str(tiny_base["train"]), env, "lift", torch.device("cpu"))
+    yield env, loaded
+    env.close()
+
+
+def _episode(env, loaded, mode: str = "drive") -> MonitoredEpisode:
+    """An episode whose monitor alarms on every scored step (threshold below any TIDE value)."""
+    monitor = Monitor(make_score("tide"), Calibration("tide", 0.5, 1, -1.0, loaded.weights_hash))
+    return MonitoredEpisode(env, loaded.policy, monitor, None, RewindConfig(mode=mode, auto_rewind=False))
+
+
+def _run(env, loaded, seed: int = 3, **recovery):
+    cfg = to_dataclass(recovery, RecoveryConfig)
+    source = make_source(cfg, "lift")
+    rec = LoopRecording(cfg.pre_intervention_steps, source.counted)
+    out = run_episode(
+        _episode(env, loaded, cfg.rewind_mode), source, seed, rec, cfg.max_interventions, cfg.stall_steps
+    )
+    return out, rec
+
+
+def test_operator_rac_recovers_corrects_and_ends(parts) -> None:
+    out, rec = _run(*parts, name="operator", after="end", max_correction_steps=30)
+    assert out.interventions == 1 and out.ended_by == "source" and out.alarms >= 1
+    labels = rec.labels
+    first_op = next(i for i, lbl in enumerate(labels) if lbl in OPERATOR_LABELS)
+    assert (
+        set(labels[:first_op]) <= {"policy", "pre_intervention"}
+        and labels[first_op - 1] == "pre_intervention"
+    )
+    assert labels.count("pre_intervention") == min(first_op, 15)
+    tail = labels[first_op:]
+    assert set(tail) <= {"recovery", "correction"} and tail[-1] == "correction"
+    assert tail == sorted(tail, key=lambda lbl: lbl != "recovery")  # recovery first, then correction
+    assert (
+        out.operator_steps
+        == rec.operator_steps
+        == len(tail)
+        == labels.count("recovery") + labels.count("correction")
+    )
+    assert [s.step for s in rec.steps] == list(range(len(rec.steps)))  # drive mode: one continuous trajectory
+
+
+def test_dagger_takes_over_without_rewind_and_hands_back(parts) -> None:
+    out, rec = _run(*parts, name="dagger", after="handback", max_interventions=2, max_correction_steps=5)
+    assert out.interventions == 2 and out.ended_by == "env"
+    assert "recovery" not in rec.labels and rec.labels.count("correction") == 10
+    assert "policy" in rec.labels[rec.labels.index("correction") :]  # the policy drove again
+    assert out.operator_steps == 10 and out.labels["correction"] == 10
+    assert [e["kind"] for e in out.events].count("rewind") == 0
+
+
+def test_retry_restores_drops_undone_steps_and_counts_no_operator(parts) -> None:
+    out, rec = _run(*parts, name="retry", rewind_mode="restore", max_interventions=2)
+    assert out.interventions == 2 and out.operator_steps == 0 and set(rec.labels) == {"policy"}
+    assert [s.step for s in rec.steps] == list(range(len(rec.steps)))  # only the final branch remains
+    assert [e["kind"] for e in out.events].count("rewind") == 2
+
+
+def test_human_scripted_person_labels_human_and_counts_recovery(parts) -> None:
+    out, rec = _run(*parts, name="human", person="scripted", max_correction_steps=20)
+    assert "human" in rec.labels and set(rec.labels) <= {"policy", "pre_intervention", "recovery", "human"}
+    assert out.operator_steps == rec.labels.count("human") + rec.labels.count("recovery")
+
+
+class _BadPerson:
+    def begin(self, seed: int) -> None:
+        pass
+
+    def intervene(self, ep, alarm) -> str:
+        return "maybe"
+
+
+def test_a_person_plugs_in_through_the_protocol(parts) -> None:
+    env, loaded = parts
+    cfg = RecoveryConfig(name="human", person="scripted")
+    source = HumanSource(cfg, "lift", person=_BadPerson())
+    with pytest.raises(ValueError, match="'handback' or 'end'"):
+        run_episode(_episode(env, loaded), source, 0, LoopRecording(15, source.counted), 1)
+
+
+def test_stall_trigger_without_a_monitor_and_keep_rules(parts, tmp_path: Path) -> None:
+    env, loaded = parts
+    cfg = RecoveryConfig(name="dagger", stall_steps=8, max_correction_steps=5, keep="intervened")
+    source = make_source(cfg, "lift")
+
+    def make() -> MonitoredEpisode:
+        return MonitoredEpisode(env, loaded.policy, None, None, RewindConfig(auto_rewind=False))
+
+    from rewind.collect import store_spec_for
+
+    with ReplayStore.create(tmp_path / "s", store_spec_for(env)) as store:
+        outs = collect_episodes(
+            make, source, [1, 2], store, cfg.keep, loaded.version, 1, max_interventions=1, stall_steps=8
+        )
+        infos = store.episodes()
+    assert all(o.stalls >= 1 and o.interventions == 1 and o.kept for o in outs)
+    assert [i.n_operator_steps for i in infos] == [o.operator_steps for o in outs] == [5, 5]
+    assert all(i.round == 1 and i.extra["recovery"] == "dagger" for i in infos)
+    assert keep_episode("useful", False, 0) is False and keep_episode("useful", True, 0) is True
+    assert keep_episode("success", False, 3) is False and keep_episode("all", False, 0) is True
+
+
+def test_unknown_source_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"retry, operator, dagger, human, guided"):
+        RecoveryConfig(name="oracle")
+    with pytest.raises(ConfigError, match="recovery.after must be one of"):
+        RecoveryConfig(after="later")
