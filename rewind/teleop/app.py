@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.numpy import load_file
 
 from rewind.collect import store_spec_for
 from rewind.config import ConfigError
 from rewind.envs.config import build_env
 from rewind.eval.runner import resolve_weights
-from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker
-from rewind.monitor.conformal import Calibration, CalibrationError
+from rewind.monitor.checkpoints import CheckpointTracker
+from rewind.monitor.conformal import Calibration
 from rewind.monitor.runner import Monitor
-from rewind.monitor.scores import make_score
+from rewind.monitor.setup import MonitorConfig, load_monitor
 from rewind.policies.base import ActionChunkPolicy
 from rewind.policies.io import weights_hash
 from rewind.store import ReplayStore
@@ -36,36 +35,15 @@ SERVER_FILE = "server.json"
 
 
 def load_calibrated_monitor(
-    folder: str | Path, weights: str, tracking: TrackingConfig
+    folder: str | Path, policy: ActionChunkPolicy, weights: str, tracking: TrackingConfig
 ) -> tuple[Monitor, CheckpointTracker | None]:
-    """The monitor and checkpoint tracker of a calibration folder, checked against the policy weights
-    hash ``weights``. (To be replaced by ``rewind.monitor.setup.load_monitor`` once it lands.)"""
-    folder = Path(folder)
-    cal = Calibration.load(folder)
-    cal.check_weights(weights)
-    params = cal.score_params
-    if cal.score == "stac":
-        score = make_score("stac", num_samples=int(params.get("num_samples", 32)))
-    elif cal.score == "random":
-        score = make_score("random", seed=int(params.get("seed", 0)))
-    elif cal.score == "embedding_ood":
-        ref = folder / "reference_features.safetensors"
-        if not ref.exists():
-            raise CalibrationError(f"{folder}: embedding_ood needs {ref.name} (recalibrate)")
-        score = make_score(
-            "embedding_ood", reference=load_file(str(ref))["features"], k=int(params.get("k", 5))
-        )
-    else:
-        score = make_score(cal.score)
-    tracker = None
-    if (folder / "checkpoint_library.json").exists():
-        library = CheckpointLibrary.load(folder)
-        if library.weights_hash != weights:
-            raise CalibrationError(
-                f"{folder}: checkpoint library made with other policy weights; recalibrate"
-            )
-        tracker = CheckpointTracker(library, tracking.min_similarity, tracking.patience)
-    return Monitor(score, cal), tracker
+    """The monitor (the score named by the calibration, with its saved settings) and the checkpoint
+    tracker of a calibration folder, checked against the policy and its weights hash ``weights``."""
+    cfg = MonitorConfig(score=Calibration.load(folder).score, calibration=str(folder),
+                        min_similarity=tracking.min_similarity, patience=tracking.patience)  # fmt: skip
+    monitor, tracker, _ = load_monitor(cfg, policy, weights)
+    assert monitor is not None
+    return monitor, tracker
 
 
 def _load_policy(cfg: TeleopConfig, env: Any) -> tuple[ActionChunkPolicy | None, str, str]:
@@ -91,7 +69,7 @@ def build_session(cfg: TeleopConfig) -> TeleopSession:
     policy, version, digest = _load_policy(cfg, env)
     monitor, tracker = None, None
     if cfg.calibration is not None:
-        monitor, tracker = load_calibrated_monitor(cfg.calibration, digest, cfg.tracking)
+        monitor, tracker = load_calibrated_monitor(cfg.calibration, policy, digest, cfg.tracking)
     session = TeleopSession(env, policy, cfg.store, spec, monitor, tracker, cfg.session_settings(),
                             cfg.control, version, str(resolve_device(cfg.device)))  # fmt: skip
     session.camera = cfg.view.camera

@@ -31,7 +31,9 @@ def _session(
     if calibration is not None:
         from rewind.policies.io import weights_hash
 
-        monitor, tracker = load_calibrated_monitor(calibration, weights_hash(weights), TrackingConfig())
+        monitor, tracker = load_calibrated_monitor(
+            calibration, policy, weights_hash(weights), TrackingConfig()
+        )
     return TeleopSession(
         env,
         policy,
