@@ -77,7 +77,7 @@ def build_session(cfg: TeleopConfig) -> TeleopSession:
 
 
 def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
-    """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` episodes ended."""
+    """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` committed episodes."""
     v = cfg.view
     renderer = FrameRenderer(session.episode.base, v.image_size, v.jpeg_quality, v.shadows, v.reflections)
     loop = SimLoop(session, cfg.control_hz, renderer)
@@ -93,10 +93,7 @@ def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
     try:
         while loop.alive:
             state = loop.states.wait_newer(loop.states.get()[0], timeout=0.5)[1] or state
-            if (
-                cfg.max_episodes is not None
-                and state.get("committed", 0) + state.get("discarded", 0) >= cfg.max_episodes
-            ):
+            if cfg.max_episodes is not None and state.get("committed", 0) >= cfg.max_episodes:
                 break
     except KeyboardInterrupt:
         log.info("teleop: stopping (Ctrl-C)")

@@ -96,7 +96,8 @@ class TeleopConfig(CommandConfig):
         step_when_idle: in human mode, keep stepping (zero motion) without input.
         pre_intervention_steps: policy steps before an intervention labelled ``pre_intervention``.
         control_hz: control rate of the simulation loop (the envs are made for 20 Hz).
-        max_episodes: stop after this many ended or discarded episodes (``null``: until Ctrl-C).
+        max_episodes: stop once this many episodes are committed (discarded ones do not count;
+            ``null``: until Ctrl-C). The recovery loop's ``recovery=human`` rounds use it.
         view / control / tracking: camera stream, input scaling, checkpoint tracking.
     """
 
