@@ -49,7 +49,7 @@ def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
 def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict[str, Any]:
     """All commands of one task; returns its rows."""
     base = root / task
-    common = [f"policy_path={run / 'train'}", f"env={task}", "progress=false"]
+    common = [f"policy_path={run / 'train'}", f"env={task}", "progress=false", *args.overrides]
     cal = _run([_bin("rewind-calibrate"), *common, f"data_path={run / 'store'}", "monitor=tide",
                 f"episodes={args.cal_episodes}", f"out_dir={base / 'cal'}"], base / "cal")  # fmt: skip
     success: dict[str, dict[str, Any]] = {}
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--cal-episodes", type=int, default=60)
     ap.add_argument("--max-rewinds", type=int, default=3)
     ap.add_argument("--stac-samples", type=int, default=32)
+    ap.add_argument("--overrides", nargs="*", default=[], help="extra overrides for every command (monitor.*)")
     ap.add_argument("--out", default="bench/results/monitor_results.json")
     ap.add_argument("--table", default="bench/results/monitor_results.md")
     args = ap.parse_args()

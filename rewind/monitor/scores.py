@@ -106,14 +106,22 @@ class TideScore(_ChunkScore):
 
     ``dims`` selects the action dimensions compared (``None``: all). The default monitor compares the
     continuous motion dimensions only: the binary grip command's timing jitter between consecutive
-    chunks dominates the score otherwise (see docs/monitor.md).
+    chunks dominates the score otherwise. ``window`` averages the last ``window`` discrepancies
+    (1: Rewind-IL's per-step score; the default monitor uses 2, see docs/monitor.md).
     """
 
     name = "tide"
 
-    def __init__(self, dims: list[int] | None = None) -> None:
+    def __init__(self, dims: list[int] | None = None, window: int = 1) -> None:
         super().__init__()
-        self.dims = _dims(dims)
+        if window < 1:
+            raise ValueError(f"tide window must be >= 1; got {window}")
+        self.dims, self.window = _dims(dims), int(window)
+        self._recent: list[float] = []
+
+    def reset(self) -> None:
+        super().reset()
+        self._recent = []
 
     def compare(self, prev: ChunkRecord, new: ChunkRecord, n_obs_steps: int) -> float:
         a, b = overlap(prev, new, n_obs_steps)
@@ -122,10 +130,15 @@ class TideScore(_ChunkScore):
         d = prev.actions[:, a] - new.actions[:, b]
         if self.dims is not None:
             d = d[..., self.dims]
-        return float(d.square().mean())
+        self._recent = (
+            [*self._recent[-(self.window - 1) :], float(d.square().mean())]
+            if self.window > 1
+            else [float(d.square().mean())]
+        )
+        return sum(self._recent) / len(self._recent)
 
     def params(self) -> dict[str, Any]:
-        return {"dims": self.dims}
+        return {"dims": self.dims, "window": self.window}
 
 
 def mmd_rbf(x: torch.Tensor, y: torch.Tensor) -> float:

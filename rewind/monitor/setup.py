@@ -42,6 +42,7 @@ class MonitorConfig:
         num_samples: chunks sampled per inference (``stac`` only).
         action_dims: action dimensions ``tide`` and ``stac`` compare (``null``: all). Default: the
             continuous motion ``[dx, dy, dz, dyaw]``, leaving out the binary grip command.
+        tide_window: TIDE averaged over the last this many chunk pairs (1: strictly per step).
         knn: neighbours averaged by ``embedding_ood``.
         labeler: rewind checkpoint labeler (``stage`` or ``gripper``).
         min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
@@ -55,6 +56,7 @@ class MonitorConfig:
     band: bool = False
     num_samples: int = 32
     action_dims: list[int] | None = field(default_factory=lambda: [0, 1, 2, 3])
+    tide_window: int = 2
     knn: int = 5
     labeler: str = "stage"
     min_similarity: float = 0.7
@@ -79,6 +81,7 @@ class MonitorConfig:
             self.action_dims is None or (len(self.action_dims) > 0 and min(self.action_dims) >= 0),
             f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
         )
+        require(self.tide_window >= 1, f"monitor.tide_window must be >= 1; got {self.tide_window}")
         require(self.patience >= 1, f"monitor.patience must be >= 1; got {self.patience}")
 
     @property
@@ -89,7 +92,7 @@ class MonitorConfig:
 
 def score_params(name: str, cfg: MonitorConfig, seed: int = 0) -> dict[str, Any]:
     """Constructor arguments of score ``name`` from ``cfg`` (what a calibration saves)."""
-    return {"tide": {"dims": cfg.action_dims}, "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
+    return {"tide": {"dims": cfg.action_dims, "window": cfg.tide_window}, "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
             "embedding_ood": {"k": cfg.knn}, "random": {"seed": seed}}[name]  # fmt: skip
 
 

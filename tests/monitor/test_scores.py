@@ -111,3 +111,17 @@ def test_registry_lists_valid_names() -> None:
         assert name in str(err.value)
     with pytest.raises(ValueError, match="action dims"):
         TideScore(dims=[])
+
+
+def test_tide_window_averages_recent_discrepancies() -> None:
+    p, tide = FakePolicy(), TideScore(window=2)
+    p.push(torch.zeros(1, 16, 5), -1)
+    tide.update(p)
+    values = []
+    for k, level in enumerate([1.0, 3.0, 3.0], start=1):
+        prev = p.last_chunks[-1].actions
+        p.push(prev + level, 7 * k)  # each new chunk differs by `level` everywhere
+        values.append(tide.update(p))
+    assert values == pytest.approx([1.0, (1.0 + 9.0) / 2, 9.0])
+    with pytest.raises(ValueError, match="window"):
+        TideScore(window=0)
