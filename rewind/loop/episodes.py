@@ -93,6 +93,7 @@ def run_episode(
     best, since, ended_by = ep.base.stage(), ep.step_count, "env"
     try:
         while not ep.done:
+            source.before_step(ep)
             res = ep.policy_step()
             alarms += int(res.alarm)
             stage = int(res.info.get("stage", 0))
@@ -118,6 +119,8 @@ def run_episode(
         source.finish(ep)
         ep.on_step = None
     log_ = ep.finish()
+    if source.policy_label != "policy":
+        recording.labels = [source.policy_label if lbl == "policy" else lbl for lbl in recording.labels]
     return EpisodeOutcome(seed, ep.success, len(recording), interventions, alarms, stalls,
                           recording.operator_steps, recording.label_counts(), ended_by, events=log_.events)  # fmt: skip
 

@@ -1,44 +1,70 @@
-"""ReGuide-style guided rollouts (``recovery=guided``): placeholder, filled in below."""
+"""ReGuide-style guided rollouts (``recovery=guided``): self-generated recovery data, no operator.
+
+Before a round (:meth:`GuidedSource.prepare`), with the current policy's frozen encoder:
+
+1. **Phase prototypes**: every demo step's latent (encoder features of its window) is projected to
+   ``pca_dim`` whitened principal components; k-means (``phases * prototypes`` centres, seeded) runs on
+   them; the centres are ordered by the mean normalised time of their members and grouped, in that
+   order, into ``phases`` macro-phases of ``prototypes`` prototypes each.
+2. **Latent dynamics**: ``rollouts`` episodes of the plain policy (plus the demos) train a small MLP
+   ``(p_t, a_t..a_{t+h-1}) -> p_{t+h}`` (``h = n_action_steps``; normalised actions, so the gradient
+   reaches the policy's clean-action estimate).
+3. **Drift** of a chunk: ``d = softmin_m ||p_hat - c_m||`` (temperature ``temperature``) of the predicted
+   latent to the prototypes of the current phase (the phase of the nearest prototype to ``p_t``) and of
+   the next one (our choice: at a phase's end the future latent already belongs to the next phase,
+   and pulling it back would stall progress). Per phase, the ``low_pct`` / ``high_pct`` percentiles
+   of ``d`` over the rollouts' executed chunks give ``d_low`` / ``d_high``.
+
+During the round's episodes the policy samples with a guidance function applied to the clean-action
+estimate in the last ``last_k`` denoising steps (:mod:`rewind.policies.guidance`):
+``x0' = x0 - scale * grad_x0 d`` only when ``d_low < d <= d_high`` (drifted but recoverable).
+Only successful guided rollouts are kept (``keep=success``), every step labelled ``guided``;
+no step is an operator step.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+from torch import nn
+
 from rewind.config import require
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class GuidedConfig:
-    """ReGuide settings (``recovery=guided``).
+    """ReGuide settings (``recovery=guided``; see the module docstring).
 
     Attributes:
-        phases: macro-phases the demo latents are clustered into (k-means, ordered by mean time).
-        prototypes: prototypes (k-means centres) per phase.
-        pca_dim: latents are projected to this many principal components first.
-        horizon: control steps ahead the latent dynamics model predicts.
-        low_pct / high_pct: per-phase percentiles of the drift on base rollouts; guidance is on only
-            when ``d_low < d <= d_high`` (drifted but recoverable; ReGuide uses 30/90 for Can).
-        scale: guidance step ``c`` on the clean-action estimate (ReGuide: 0.01).
+        phases: macro-phases; prototypes: k-means prototypes per phase; pca_dim: whitened PCA size.
+        low_pct / high_pct: per-phase drift percentiles of the guidance band (ReGuide: 30/90 for Can).
+        scale: guidance step ``c`` on the clean-action estimate (ReGuide: 0.01 with 100 DDPM steps).
         last_k: denoising steps (the last ones) in which guidance is applied.
         temperature: softmin temperature of the distance to a phase's prototypes.
-        rollouts: base-policy rollouts the latent dynamics model is trained on.
-        dynamics_steps: gradient steps of the latent dynamics model.
+        rollouts: plain-policy rollouts the dynamics model and the percentiles come from.
+        rollout_seed: env seed of the first of those rollouts (round ``r`` adds ``1000 * r``).
+        dynamics_steps: Adam steps of the latent dynamics model.
     """
 
     phases: int = 3
     prototypes: int = 4
     pca_dim: int = 16
-    horizon: int = 8
     low_pct: float = 30.0
     high_pct: float = 90.0
     scale: float = 0.01
     last_k: int = 3
     temperature: float = 1.0
     rollouts: int = 20
+    rollout_seed: int = 40000
     dynamics_steps: int = 500
 
     def __post_init__(self) -> None:
-        for name in ("phases", "prototypes", "pca_dim", "horizon", "last_k", "rollouts", "dynamics_steps"):
+        for name in ("phases", "prototypes", "pca_dim", "last_k", "rollouts", "dynamics_steps"):
             require(
                 getattr(self, name) >= 1, f"recovery.guided.{name} must be >= 1; got {getattr(self, name)}"
             )
@@ -48,3 +74,142 @@ class GuidedConfig:
         )
         require(self.scale > 0, f"recovery.guided.scale must be > 0; got {self.scale}")
         require(self.temperature > 0, f"recovery.guided.temperature must be > 0; got {self.temperature}")
+
+
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Centres ``[k, D]`` and labels ``[N]`` (k-means++ start, Lloyd iterations; ``k <= N``)."""
+    centres = [x[rng.integers(len(x))]]
+    for _ in range(1, k):
+        d2 = np.min(((x[:, None] - np.asarray(centres)[None]) ** 2).sum(-1), axis=1)
+        centres.append(x[rng.choice(len(x), p=d2 / d2.sum())] if d2.sum() > 0 else x[rng.integers(len(x))])
+    c = np.asarray(centres, dtype=np.float64)
+    for _ in range(iters):
+        labels = ((x[:, None] - c[None]) ** 2).sum(-1).argmin(1)
+        new = np.stack([x[labels == j].mean(0) if (labels == j).any() else c[j] for j in range(k)])
+        if np.allclose(new, c):
+            break
+        c = new
+    return c, ((x[:, None] - c[None]) ** 2).sum(-1).argmin(1)
+
+
+class PhaseModel(nn.Module):
+    """Whitened PCA of encoder latents and the time-ordered phase prototypes (buffers, torch)."""
+
+    def __init__(self, mean: np.ndarray, basis: np.ndarray, centres: np.ndarray, phase: np.ndarray) -> None:
+        super().__init__()
+        for name, v in (("mean", mean), ("basis", basis), ("centres", centres)):
+            self.register_buffer(name, torch.as_tensor(v, dtype=torch.float32))
+        self.register_buffer("phase_of", torch.as_tensor(phase, dtype=torch.long))
+        self.n_phases = int(phase.max()) + 1
+
+    @classmethod
+    def fit(cls, latents: np.ndarray, times: np.ndarray, cfg: GuidedConfig, seed: int) -> PhaseModel:
+        """PCA (whitened) + k-means on demo latents ``[N, F]`` with normalised times ``[N]`` in [0, 1]."""
+        mean = latents.mean(0)
+        u, s, vt = np.linalg.svd(latents - mean, full_matrices=False)
+        dim = min(cfg.pca_dim, vt.shape[0])
+        basis = vt[:dim].T / np.maximum(s[:dim] / np.sqrt(len(latents)), 1e-6)
+        p = (latents - mean) @ basis
+        k = min(cfg.phases * cfg.prototypes, len(p))
+        centres, labels = kmeans(p, k, np.random.default_rng(seed))
+        order = np.argsort([times[labels == j].mean() if (labels == j).any() else 1.0 for j in range(k)])
+        phase = np.minimum(np.arange(k) * cfg.phases // k, cfg.phases - 1)
+        return cls(mean, basis, centres[order], phase)
+
+    def project(self, z: torch.Tensor) -> torch.Tensor:
+        """Encoder features ``[B, F]`` -> whitened PCA latents ``[B, d]``."""
+        return (z.float() - self.mean) @ self.basis
+
+    def phase(self, p: torch.Tensor) -> torch.Tensor:
+        """Phase ``[B]`` of the nearest prototype."""
+        return self.phase_of[torch.cdist(p, self.centres).argmin(1)]
+
+    def drift(self, p_next: torch.Tensor, phase: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Softmin distance ``[B]`` of predicted latents to the prototypes of ``phase`` and ``phase + 1``."""
+        dist = torch.cdist(p_next, self.centres)  # [B, K]
+        near = (self.phase_of[None] >= phase[:, None]) & (self.phase_of[None] <= phase[:, None] + 1)
+        logits = torch.where(near, -dist / temperature, torch.full_like(dist, -1e9))
+        return -temperature * (torch.logsumexp(logits, 1) - torch.log(near.float().sum(1)))
+
+
+class LatentDynamics(nn.Module):
+    """``(p_t [B, d], actions [B, h, Da] normalised) -> p_{t+h}`` (an MLP predicting the change)."""
+
+    def __init__(self, dim: int, h: int, action_dim: int, hidden: int = 128) -> None:
+        super().__init__()
+        self.h = h
+        self.net = nn.Sequential(nn.Linear(dim + h * action_dim, hidden), nn.Mish(), nn.Linear(hidden, hidden),
+                                 nn.Mish(), nn.Linear(hidden, dim))  # fmt: skip
+
+    def forward(self, p: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Predicted latent after the ``h`` actions."""
+        return p + self.net(torch.cat([p, actions.flatten(1)], 1))
+
+
+def train_dynamics(
+    p: np.ndarray, a: np.ndarray, p_next: np.ndarray, steps: int, seed: int
+) -> tuple[LatentDynamics, float]:
+    """Fit :class:`LatentDynamics` on transitions; returns it and its final mean squared error."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LatentDynamics(p.shape[1], a.shape[1], a.shape[2])
+    tp, ta, tn = (torch.as_tensor(x, dtype=torch.float32) for x in (p, a, p_next))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss = torch.zeros(())
+    for _ in range(steps):
+        idx = torch.randint(0, len(tp), (min(256, len(tp)),), generator=gen)
+        loss = ((model(tp[idx], ta[idx]) - tn[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval().requires_grad_(False), float(loss.detach())
+
+
+class DriftGuide:
+    """The guidance function (:data:`rewind.policies.guidance.GuidanceFn`) of a guided rollout.
+
+    :meth:`set_latent` gives it the current window's encoder features before each chunk is sampled;
+    called with the clean-action estimate ``x0`` ``[N, H, Da]`` (normalised) it returns
+    ``x0 - scale * grad d`` on the rows whose drift ``d`` lies in their phase's band, else ``x0``.
+    """
+
+    def __init__(self, phases: PhaseModel, dynamics: LatentDynamics, low: torch.Tensor, high: torch.Tensor,
+                 cfg: GuidedConfig, first: int) -> None:  # fmt: skip
+        self.phases, self.dynamics, self.low, self.high = phases, dynamics, low, high
+        self.scale, self.temperature, self.first = cfg.scale, cfg.temperature, first
+        self.p: torch.Tensor | None = None
+        self.ph: torch.Tensor | None = None
+        self.calls = self.guided = 0
+
+    def set_latent(self, z: torch.Tensor | None) -> None:
+        """Encoder features ``[1, F]`` of the window the next chunk is sampled for (``None``: off)."""
+        if z is None:
+            self.p = self.ph = None
+            return
+        with torch.no_grad():
+            self.p = self.phases.project(z)
+            self.ph = self.phases.phase(self.p)
+
+    def drift(self, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drift ``[N]`` of each chunk row and whether it is inside its phase's band."""
+        assert self.p is not None and self.ph is not None
+        n, h = x0.shape[0], self.dynamics.h
+        ph = self.ph.expand(n)
+        d = self.phases.drift(self.dynamics(self.p.expand(n, -1), x0[:, self.first : self.first + h]), ph,
+                              self.temperature)  # fmt: skip
+        return d, (d > self.low[ph]) & (d <= self.high[ph])
+
+    def __call__(self, x0: torch.Tensor, t: float) -> torch.Tensor:
+        """``x0'`` (see the class docstring)."""
+        if self.p is None:
+            return x0
+        self.calls += 1
+        with torch.enable_grad():
+            x = x0.detach().float().requires_grad_(True)
+            d, on = self.drift(x)
+            if not bool(on.any()):
+                return x0
+            (grad,) = torch.autograd.grad((d * on).sum(), x)
+        self.guided += 1
+        return x0 - self.scale * grad.to(x0.dtype)

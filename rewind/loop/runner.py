@@ -141,7 +141,7 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: dict[str, Any]) -> dict[s
                                         rc.pre_intervention_steps, rc.max_interventions, rc.stall_steps, cfg.progress)  # fmt: skip
     finally:
         env.close()
-    summary = {**summarize_outcomes(outcomes), "source": prepared}
+    summary = {**summarize_outcomes(outcomes), "source": {**prepared, **source.report()}}
     stages.atomic_write_json(folder / "summary.json", summary)
     return {k: v for k, v in summary.items() if k != "per_episode"}
 

@@ -53,7 +53,7 @@ RECOVERY_SOURCES: dict[str, str] = {
     "operator": "rewind.loop.sources:OperatorSource",
     "dagger": "rewind.loop.sources:DaggerSource",
     "human": "rewind.loop.sources:HumanSource",
-    "guided": "rewind.loop.guided:GuidedSource",
+    "guided": "rewind.loop.guided_source:GuidedSource",
 }
 #: Which episodes a round stores (``recovery.keep``).
 KEEP_RULES = ("all", "useful", "success", "intervened")
@@ -125,11 +125,13 @@ class RecoverySource(ABC):
     Class attributes:
         counted: labels counted as operator steps in this source's episodes.
         reacts_to_alarms: whether :meth:`on_trigger` is called at all.
+        policy_label: the label the policy's own steps are stored with (``guided`` for ReGuide).
     """
 
     name: ClassVar[str] = ""
     counted: ClassVar[frozenset[str]] = OPERATOR_SOURCES
     reacts_to_alarms: ClassVar[bool] = True
+    policy_label: ClassVar[str] = "policy"
 
     def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
         self.cfg, self.env_name = cfg, env_name
@@ -144,6 +146,13 @@ class RecoverySource(ABC):
     def begin(self, ep: MonitoredEpisode, seed: int) -> None:
         """A new episode with env seed ``seed`` starts (after ``ep.reset``)."""
         self._seed, self._count = seed, 0
+
+    def before_step(self, ep: MonitoredEpisode) -> None:  # noqa: B027 (optional hook)
+        """Called before every policy step (the guided source sets its guidance target here)."""
+
+    def report(self) -> dict[str, Any]:
+        """What the source did over the round (recorded with the round's collection)."""
+        return {}
 
     def fresh_operator(self) -> Operator:
         """The scripted operator, reset with a generator seeded by (episode seed, intervention index)."""

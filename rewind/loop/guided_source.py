@@ -1,0 +1,151 @@
+"""``recovery=guided``: the recovery source that prepares and applies ReGuide guidance
+(:mod:`rewind.loop.guided` has the models and the method)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rewind.config import ConfigError
+from rewind.loop.guided import DriftGuide, PhaseModel, train_dynamics
+from rewind.loop.sources import CONTINUE, RecoverySource, SourceContext
+from rewind.monitor.runner import MonitoredEpisode, RewindConfig, StepResult
+from rewind.policies.base import ActionChunkPolicy, to_torch_obs
+from rewind.policies.common import GuidedChunkPolicy
+from rewind.store import ReplayStore
+from rewind.utils.io import atomic_write_json
+from rewind.utils.seeding import torch_generator
+
+log = logging.getLogger(__name__)
+
+Trajectory = tuple[dict[str, np.ndarray], np.ndarray]
+
+
+def episode_latents(policy: ActionChunkPolicy, obs: dict[str, np.ndarray]) -> torch.Tensor:
+    """Encoder features ``[T, F]`` of every step's window (the first observation repeated at the start)."""
+    keys = list(getattr(policy, "used_obs_keys", None) or obs)
+    n, to = len(next(iter(obs.values()))), policy.n_obs_steps
+    idx = np.clip(np.arange(n)[:, None] + np.arange(-to + 1, 1)[None], 0, None)
+    with torch.no_grad():
+        return policy.encode({k: torch.as_tensor(obs[k][idx]).float() for k in keys}).float()
+
+
+def rollouts(ctx: SourceContext, n: int, seed0: int) -> tuple[list[Trajectory], float]:
+    """``n`` plain rollouts of the current policy (no monitor): ``(obs arrays, actions)`` and success rate."""
+    ep = MonitoredEpisode(ctx.env, ctx.loaded.policy, None, None, RewindConfig(auto_rewind=False))
+    out, ok = [], 0
+    for i in range(n):
+        steps: list[StepResult] = []
+        ep.generator = torch_generator(seed0 + i)
+        ep.reset(seed0 + i)
+        ep.on_step = steps.append
+        while not ep.done:
+            ep.policy_step()
+        ok += int(ep.success)
+        out.append(
+            (
+                {k: np.stack([s.obs[k] for s in steps]) for k in steps[0].obs},
+                np.stack([s.action for s in steps]),
+            )
+        )
+    return out, ok / max(n, 1)
+
+
+def _transitions(
+    policy: ActionChunkPolicy, phases: PhaseModel, trajs: list[Trajectory], h: int, stride: int = 1
+):
+    """Whitened latents, the next ``h`` normalised actions and the latent ``h`` steps later."""
+    ps, acts, nexts = [], [], []
+    for obs, actions in trajs:
+        if len(actions) <= h:
+            continue
+        with torch.no_grad():
+            p = phases.project(episode_latents(policy, obs))
+            a = policy.normalizer.normalize("action", torch.as_tensor(actions).float())
+        t = np.arange(0, len(actions) - h, stride)
+        ps.append(p[t])
+        acts.append(torch.stack([a[i : i + h] for i in t]))
+        nexts.append(p[t + h])
+    return torch.cat(ps).numpy(), torch.cat(acts).numpy(), torch.cat(nexts).numpy()
+
+
+class GuidedSource(RecoverySource):
+    """ReGuide: guided rollouts of the current policy, labelled ``guided``; no alarms, no operator."""
+
+    name = "guided"
+    counted: ClassVar[frozenset[str]] = frozenset()
+    reacts_to_alarms = False
+    policy_label = "guided"
+
+    def prepare(self, ctx: SourceContext) -> dict[str, Any]:
+        """Phase prototypes from the demos, latent dynamics and drift bands from plain rollouts."""
+        policy, g = ctx.loaded.policy, self.cfg.guided
+        if not isinstance(policy, GuidedChunkPolicy):
+            raise ConfigError(
+                f"recovery=guided needs a diffusion or flow policy; got {type(policy).__name__}"
+            )
+        with ReplayStore.open(ctx.demos_path) as store:
+            demos = [(ep.obs, ep.actions) for ep in (store.load(i.id) for i in store.episodes(success=True))]
+        lat = [episode_latents(policy, obs).numpy() for obs, _ in demos]
+        times = np.concatenate([np.linspace(0, 1, len(z)) for z in lat])
+        phases = PhaseModel.fit(np.concatenate(lat), times, g, ctx.seed + ctx.round)
+        plain, base_success = rollouts(ctx, g.rollouts, g.rollout_seed + 1000 * ctx.round)
+        h, first = policy.n_action_steps, policy.n_obs_steps - 1
+        dyn, mse = train_dynamics(
+            *_transitions(policy, phases, demos + plain, h), g.dynamics_steps, ctx.seed + ctx.round
+        )
+        p, a, _ = _transitions(policy, phases, plain, h, stride=h)
+        with torch.no_grad():
+            pt = torch.as_tensor(p)
+            ph = phases.phase(pt)
+            d = phases.drift(dyn(pt, torch.as_tensor(a)), ph, g.temperature).numpy()
+        low, high = self._bands(d, ph.numpy(), phases.n_phases)
+        self.guide = DriftGuide(phases, dyn, torch.as_tensor(low), torch.as_tensor(high), g, first)
+        info = {"base_rollouts": g.rollouts, "base_rollout_success": base_success, "dynamics_mse": mse,
+                "transitions": int(len(p)), "d_low": low.tolist(), "d_high": high.tolist()}  # fmt: skip
+        atomic_write_json(ctx.folder / "guided.json", info)
+        return info
+
+    def _bands(self, d: np.ndarray, phase: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-phase ``low_pct`` / ``high_pct`` drift percentiles (all phases pooled where one has < 5)."""
+        g = self.cfg.guided
+        pooled = np.percentile(d, [g.low_pct, g.high_pct])
+        bands = [np.percentile(d[phase == k], [g.low_pct, g.high_pct]) if (phase == k).sum() >= 5 else pooled
+                 for k in range(n)]  # fmt: skip
+        return np.array([b[0] for b in bands], np.float32), np.array([b[1] for b in bands], np.float32)
+
+    def begin(self, ep: MonitoredEpisode, seed: int) -> None:
+        """Install the guidance on the policy for this episode."""
+        super().begin(ep, seed)
+        self._last_k = ep.policy.config.guidance_last_k
+        ep.policy.config.guidance_last_k = self.cfg.guided.last_k
+        ep.policy.guidance = self.guide
+        self.guide.set_latent(None)
+
+    def before_step(self, ep: MonitoredEpisode) -> None:
+        """When the policy is about to sample a chunk, give the guide the window's latent."""
+        policy = ep.policy
+        state = policy.get_state()
+        if state.action_queue:
+            return
+        now = to_torch_obs({k: ep.obs[k][None] for k in ep.keys}, ep.device)
+        hist = [*state.obs_history, now][-policy.n_obs_steps :]
+        hist = [hist[0]] * (policy.n_obs_steps - len(hist)) + hist
+        with torch.no_grad():
+            self.guide.set_latent(policy.encode({k: torch.stack([x[k] for x in hist], 1) for k in now}))
+
+    def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: Any) -> str:
+        """Guided rollouts do not react to alarms."""
+        return CONTINUE
+
+    def finish(self, ep: MonitoredEpisode) -> None:
+        """Remove the guidance from the policy."""
+        ep.policy.guidance = None
+        ep.policy.config.guidance_last_k = self._last_k
+
+    def report(self) -> dict[str, Any]:
+        """Chunk inferences seen and the ones guidance changed."""
+        return {"guidance_calls": self.guide.calls, "guided_calls": self.guide.guided}
