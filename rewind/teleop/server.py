@@ -1,6 +1,7 @@
 """The teleop web server: the page, the MJPEG camera stream, the state stream and the command API.
 
-Routes (every one needs the token when the server has one: ``?token=`` or ``X-Teleop-Token``)::
+Routes (all but the page's static JS/CSS need the token when the server has one: ``?token=`` or
+``X-Teleop-Token``)::
 
     GET  /                the page (static/index.html)       GET  /static/<file>  its JS and CSS
     GET  /stream.mjpg     camera frames (multipart MJPEG; part headers X-Step, X-Input-Seq, X-Source)
@@ -23,7 +24,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from rewind.config import ConfigError
 from rewind.teleop.controls import COMMAND_KEYS, KEY_HELP, MOVE_KEYS, PRECISE_KEYS
@@ -94,7 +95,7 @@ class TeleopServer:
         """The page's URL (with the token)."""
         host, port = self.httpd.server_address[:2]
         host = f"[{host}]" if ":" in str(host) else host
-        return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
+        return f"http://{host}:{port}/" + (f"?token={quote(self.token, safe='')}" if self.token else "")
 
     def start(self) -> str:
         """Serve in the background; returns :attr:`url`."""
@@ -143,7 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self) -> tuple[str, dict[str, list[str]]] | None:
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
-        if not self.app.authorized(self.headers, query):
+        public = self.command == "GET" and parts.path.startswith("/static/")  # the page's own JS/CSS
+        if not public and not self.app.authorized(self.headers, query):
             self._send(403, b"forbidden: missing or wrong token (open the URL printed by rewind-teleop)\n",
                        "text/plain; charset=utf-8")  # fmt: skip
             return None

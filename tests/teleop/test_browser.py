@@ -1,9 +1,10 @@
 """End to end in a real headless browser (Debian's chromium via Selenium, nothing downloaded).
 
 ``rewind-teleop`` serves a tiny Lift policy under a calibration that alarms at once, with auto-pause.
-The test opens the page, waits for the alarm (paused), reloads the page (a new page attaches to the
-running session), rewinds by clicking the start checkpoint in ``drive`` mode, takes over with ``T``,
-holds ``D`` for a correction, ends the episode as a success, and reads the store back.
+The server has a token (the page passes it on to every request). The test opens the page, waits
+for the alarm (paused), reloads the page (a new page attaches to the running session), rewinds by
+clicking the start checkpoint in ``drive`` mode, takes over with ``T``, holds ``D`` for a
+correction, ends the episode as a success, and reads the store back.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _start_server(tmp_path: Path, weights: Path, calibration: Path) -> tuple[sub
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"policy_path={weights}",
             f"calibration={calibration}", f"store={tmp_path / 'store'}", "port=0", f"out_dir={out}",
-            "max_episodes=1", "pre_intervention_steps=2", "num_threads=1"]  # fmt: skip
+            "max_episodes=1", "pre_intervention_steps=2", "num_threads=1", "token=e2e-secret"]  # fmt: skip
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa")}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 90
@@ -70,6 +71,7 @@ def test_alarm_rewind_correct_commit_in_browser(
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     proc, url = _start_server(tmp_path, tiny_weights, alarm_calibration)
+    assert url.endswith("?token=e2e-secret")  # the page, its stream, state events and commands all carry it
     driver = _browser()
     try:
         wait = WebDriverWait(driver, 60)

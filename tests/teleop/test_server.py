@@ -57,6 +57,7 @@ def test_token_is_required_and_checked(server: TeleopServer) -> None:
     assert _request(server, "api/command", {"cmd": "pause"}, token=None)[0] == 403
     code, page = _request(server, "")
     assert code == 200 and b"mode-banner" in page
+    assert _request(server, "static/app.js", token=None)[0] == 200  # the page loads its JS without the token
     with urllib.request.urlopen(server.url.replace("/?", "/api/config?"), timeout=30) as resp:  # query token
         assert "takeover" in json.loads(resp.read())["commands"]
 
