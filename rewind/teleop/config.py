@@ -23,7 +23,7 @@ class ViewConfig:
         camera: first camera shown (``front`` or ``top``; the page can switch).
         image_size: side of the square frames in pixels.
         jpeg_quality: JPEG quality of the frames (1-95).
-        shadows: render shadows (a height cue; with OSMesa about 3x the render time).
+        shadows: render shadows (a height cue; with OSMesa 2-3x the render time).
         reflections: render the floor's reflections.
         render_threads: Mesa llvmpipe rasterizer threads (``LP_NUM_THREADS``, software GL only; set
             unless the environment sets it); 0 renders in the simulation thread, which kept the

@@ -50,7 +50,8 @@ class FrameRenderer:
     be rendering the policy's ``rgb`` observation at another size). Use from one thread only.
 
     Shadows and reflections are off by default: with OSMesa they are most of the render time (at
-    256x256 on this project's 2-core CPU machine, ~3x and ~1.6x), which the 20 Hz budget needs.
+    256x256 on the 2-core development machine about 5 ms without them, 2-4x that with them), and the
+    20 Hz budget needs it.
     """
 
     def __init__(
