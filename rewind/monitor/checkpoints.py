@@ -24,6 +24,7 @@ has not improved for ``patience`` steps; the snapshot kept is the one of the pea
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from rewind.envs.core.base import TaskEnv
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
 from rewind.utils.io import atomic_write_text
+
+log = logging.getLogger(__name__)
 
 LIBRARY_JSON = "checkpoint_library.json"
 LIBRARY_TENSORS = "checkpoint_library.safetensors"
@@ -139,6 +142,8 @@ class CheckpointLibrary:
         mean: float32 ``[F]`` the mean feature of the demos, removed before cosine similarity.
         labeler: the labeler's name; weights_hash: the policy weights whose encoder made them.
         support: demos in which each checkpoint was found.
+        examples: float32 ``[M, F]`` every labelled window's features (mean-centred);
+        owner: int64 ``[M]`` the checkpoint index of each example (``nearest`` matching).
     """
 
     names: list[str]
@@ -147,15 +152,18 @@ class CheckpointLibrary:
     labeler: str
     weights_hash: str
     support: list[int]
+    examples: np.ndarray | None = None
+    owner: np.ndarray | None = None
 
     def save(self, folder: str | Path) -> None:
         """``checkpoint_library.safetensors`` (templates, mean) + ``checkpoint_library.json`` (the rest)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / (LIBRARY_TENSORS + ".tmp")
-        save_file(
-            {"templates": self.templates.astype(np.float32), "mean": self.mean.astype(np.float32)}, str(tmp)
-        )
+        arrays = {"templates": self.templates.astype(np.float32), "mean": self.mean.astype(np.float32)}
+        if self.examples is not None and self.owner is not None:
+            arrays.update(examples=self.examples.astype(np.float32), owner=self.owner.astype(np.int64))
+        save_file(arrays, str(tmp))
         tmp.replace(folder / LIBRARY_TENSORS)
         meta = {
             "names": self.names,
@@ -172,8 +180,8 @@ class CheckpointLibrary:
         try:
             meta = json.loads((folder / LIBRARY_JSON).read_text())
             arrays = load_file(str(folder / LIBRARY_TENSORS))
-            lib = cls(meta["names"], arrays["templates"], arrays["mean"], meta["labeler"],
-                      meta["weights_hash"], meta["support"])  # fmt: skip
+            lib = cls(meta["names"], arrays["templates"], arrays["mean"], meta["labeler"], meta["weights_hash"],
+                      meta["support"], arrays.get("examples"), arrays.get("owner"))  # fmt: skip
         except Exception as exc:  # safetensors raises its own error type on a corrupted header
             raise ValueError(f"{folder}: not a readable checkpoint library ({exc})") from exc
         if lib.templates.shape[0] != len(lib.names):
@@ -212,12 +220,15 @@ def build_library(
     with torch.no_grad():  # centre on the whole demo distribution, not only the labelled steps
         mean = np.mean([policy.encode(_window(ep, t, policy.n_obs_steps, keys))[0].float().numpy()
                         for ep in episodes for t in range(0, ep.info.length, 4)], axis=0)  # fmt: skip
-    templates = []
-    for n in names:
+    templates, examples, owner = [], [], []
+    for i, n in enumerate(names):
         x = np.stack([f for _, f in found[n]]) - mean
         templates.append(x[kde_mode(x)])
-    return CheckpointLibrary(names, np.stack(templates).astype(np.float32), mean.astype(np.float32),
-                             labeler.name, weights_hash, [len(found[n]) for n in names])  # fmt: skip
+        examples.append(x)
+        owner += [i] * len(x)
+    return CheckpointLibrary(names, np.stack(templates).astype(np.float32), mean.astype(np.float32), labeler.name,
+                             weights_hash, [len(found[n]) for n in names], np.concatenate(examples).astype(np.float32),
+                             np.asarray(owner, dtype=np.int64))  # fmt: skip
 
 
 @dataclass
@@ -241,13 +252,27 @@ class ReachedCheckpoint:
     obs: dict[str, np.ndarray]
 
 
+#: How the current features are compared with a checkpoint: its single KDE ``template`` (Rewind-IL)
+#: or the ``nearest`` of its labelled examples (default; see docs/monitor.md for the measurement).
+MATCH_MODES = ("nearest", "template")
+
+
 class CheckpointTracker:
     """Online cosine-similarity tracking with peak detection over a :class:`CheckpointLibrary`."""
 
-    def __init__(self, library: CheckpointLibrary, min_similarity: float = 0.8, patience: int = 3) -> None:
+    def __init__(
+        self, library: CheckpointLibrary, min_similarity: float = 0.7, patience: int = 3, match: str = "nearest"
+    ) -> None:
+        if match not in MATCH_MODES:
+            raise ValueError(f"checkpoint match must be one of [{', '.join(MATCH_MODES)}]; got '{match}'")
         self.library, self.min_similarity, self.patience = library, float(min_similarity), int(patience)
-        t = np.asarray(library.templates, dtype=np.float32)
+        use_examples = match == "nearest" and library.examples is not None and library.owner is not None
+        if match == "nearest" and not use_examples:
+            log.warning("checkpoint library has no labelled examples (older file): matching its templates")
+        t = np.asarray(library.examples if use_examples else library.templates, dtype=np.float32)
+        self._owner = np.asarray(library.owner) if use_examples else np.arange(len(library.names))
         self._templates = t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+        self._rows = [self._templates[self._owner == k] for k in range(len(library.names))]
         self._mean = np.asarray(library.mean, dtype=np.float32)
         self.reached: list[ReachedCheckpoint] = []
         self._best: tuple[float, int, Any, dict[str, np.ndarray]] | None = None
@@ -276,7 +301,7 @@ class CheckpointTracker:
         if k >= len(self.library.names):
             return None
         f = np.asarray(features, dtype=np.float32).reshape(-1) - self._mean
-        sim = float(f @ self._templates[k]) / max(float(np.sqrt(f @ f)), 1e-12)
+        sim = float((self._rows[k] @ f).max()) / max(float(np.sqrt(f @ f)), 1e-12)
         if sim >= self.min_similarity and (self._best is None or sim > self._best[0]):
             self._best, self._since = (sim, step, env.snapshot(), obs), 0
             return None

@@ -20,7 +20,13 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from rewind.config import ConfigError, require
-from rewind.monitor.checkpoints import LABELERS, LIBRARY_JSON, CheckpointLibrary, CheckpointTracker
+from rewind.monitor.checkpoints import (
+    LABELERS,
+    LIBRARY_JSON,
+    MATCH_MODES,
+    CheckpointLibrary,
+    CheckpointTracker,
+)
 from rewind.monitor.conformal import Calibration, CalibrationError
 from rewind.monitor.runner import Monitor
 from rewind.monitor.scores import SCORES, FailureScore, make_score
@@ -47,6 +53,7 @@ class MonitorConfig:
         labeler: rewind checkpoint labeler (``stage`` or ``gripper``).
         min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
         patience: steps without improvement after which a peak counts as reached.
+        match: compare with each checkpoint's ``nearest`` labelled example or its single KDE ``template``.
         track_checkpoints: track the library (else only the episode start is a checkpoint).
     """
 
@@ -61,6 +68,7 @@ class MonitorConfig:
     labeler: str = "stage"
     min_similarity: float = 0.7
     patience: int = 3
+    match: str = "nearest"
     track_checkpoints: bool = True
 
     def __post_init__(self) -> None:
@@ -82,6 +90,7 @@ class MonitorConfig:
             f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
         )
         require(self.tide_window >= 1, f"monitor.tide_window must be >= 1; got {self.tide_window}")
+        require(self.match in MATCH_MODES, f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'")
         require(self.patience >= 1, f"monitor.patience must be >= 1; got {self.patience}")
 
     @property
@@ -172,7 +181,7 @@ def load_monitor(
             raise CalibrationError(
                 f"{folder}: checkpoint library made with other policy weights; recalibrate"
             )
-        tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience)
+        tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience, cfg.match)
     info = {"score": cal.score, "alpha": cal.alpha, "n": cal.n, "threshold": cal.threshold,
             "band": cal.band is not None, "checkpoints": tracker.library.names if tracker else []}  # fmt: skip
     return Monitor(score, cal), tracker, info

@@ -82,3 +82,18 @@ def test_library_round_trip_and_corruption(tmp_path) -> None:
     (tmp_path / "checkpoint_library.safetensors").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a readable checkpoint library"):
         CheckpointLibrary.load(tmp_path)
+
+
+def test_nearest_matching_uses_the_closest_labelled_example() -> None:
+    ex = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    lib = CheckpointLibrary(["a"], ex[:1], np.zeros(2, np.float32), "stage", "h", [2], ex, np.array([0, 0]))
+    feats = torch.tensor([0.6, 0.8])
+    near = CheckpointTracker(lib, min_similarity=0.9, patience=1, match="nearest")
+    tmpl = CheckpointTracker(lib, min_similarity=0.9, patience=1, match="template")
+    for tr in (near, tmpl):
+        tr.reset(_cp(-1, "start"))
+        tr.update(feats, 0, SnapEnv(), {})
+    assert near._best is not None and near._best[0] == pytest.approx(1.0)  # matched the second example
+    assert tmpl._best is None  # cosine 0.6 with the single template: below 0.9
+    with pytest.raises(ValueError, match="nearest, template"):
+        CheckpointTracker(lib, match="closest")
