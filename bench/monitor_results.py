@@ -36,9 +36,14 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
+NO_RUN = False  # --no-run: only gather the summaries that exist
+
+
+def _run(cmd: list[str], folder: Path) -> dict[str, Any] | None:
     """Run a command unless ``folder/summary.json`` exists; return that summary."""
     if not (folder / "summary.json").exists():
+        if NO_RUN:
+            return None
         log.info("$ %s", " ".join(cmd))
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder.parent / f"{folder.name}.log", "w") as fh:
@@ -79,6 +84,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         for cond in CONDITIONS:
             s = r["success"]
+            if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore", "drive")):
+                continue
             fb = 1 - s[f"base_{cond}"]["success_rate"]
             cuts = [(fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan") for m in ("restore", "drive")]
             out.append(f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
@@ -88,6 +95,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         d = r["detectors"]
+        if d is None:
+            continue
         for cond, per in d["results"].items():
             for name, m in per.items():
                 if name.startswith("_"):
@@ -111,7 +120,10 @@ def main() -> None:
     ap.add_argument("--overrides", nargs="*", default=[], help="extra overrides for every command (monitor.*)")
     ap.add_argument("--out", default="bench/results/monitor_results.json")
     ap.add_argument("--table", default="bench/results/monitor_results.md")
+    ap.add_argument("--no-run", action="store_true", help="only tabulate the summaries that already exist")
     args = ap.parse_args()
+    global NO_RUN
+    NO_RUN = args.no_run
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     os.environ.setdefault("MUJOCO_GL", "osmesa")
     rows = []
