@@ -120,8 +120,13 @@ class FinetuneConfig:
         steps / batch_size / lr / warmup_steps: the optimisation of one round.
         demo_share: (ft) expected share of demo windows per batch; the rest are the rounds' data
             (ReGuide: 0.2); ``null`` (fs default): windows drawn uniformly from everything.
-        source_weights: per-label loss weights (Sirius: ``{correction: 2.0, pre_intervention: 0.0}``).
-        weight_mode: ``loss`` or ``sample`` (see ``rewind-train``'s ``data.weight_mode``).
+        source_weights: per-label weights of the training data, on top of the recovery source's
+            defaults (operator, dagger, human: ``{policy: 0, pre_intervention: 0}``, i.e. the
+            intervention segments only, as RaC and HG-DAgger train; retry, guided: every kept step).
+            Sirius-style: ``'+finetune.source_weights={policy: 1.0, correction: 2.0}'`` (the ``+``
+            lets Hydra add keys to the empty mapping).
+        weight_mode: ``sample`` (windows drawn in proportion to their weight; weight-0 windows never)
+            or ``loss`` (uniform windows, weighted loss); see ``rewind-train``'s ``data.weight_mode``.
         normalizer: ``keep`` the base policy's normalizer (default) or ``refit`` it to all the data.
         all_rounds: train on the data of every round so far (aggregation, DAgger-style); ``false``:
             only the latest round's.
@@ -134,7 +139,7 @@ class FinetuneConfig:
     warmup_steps: int = 50
     demo_share: float | None = 0.2
     source_weights: dict[str, float] = field(default_factory=dict)
-    weight_mode: str = "loss"
+    weight_mode: str = "sample"
     normalizer: str = "keep"
     all_rounds: bool = True
 
@@ -211,6 +216,9 @@ class LoopConfig(CommandConfig):
             ``collect_seed + (r - 1) * episodes_per_round``).
         base / recovery / finetune / monitor / calibration / eval: see their classes.
         seed: seeds the training runs (round ``r`` trains with ``seed + r``).
+        control: every round also fine-tunes a control policy the same way on the demos alone (same
+            steps and seed; its own lineage from the base) and evaluates it on the same seeds: what the
+            round's new data adds beyond more training.
         device / num_threads: torch device and intra-op threads (1 is fastest on a busy 2-core CPU).
         wandb: the loop's one W&B run (per-round table, success-vs-operator-steps chart).
         progress: progress bars.
@@ -227,6 +235,7 @@ class LoopConfig(CommandConfig):
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     seed: int = 0
+    control: bool = True
     device: str = "cpu"
     num_threads: int = 1
     wandb: WandbConfig = field(default_factory=WandbConfig)

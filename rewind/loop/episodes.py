@@ -56,6 +56,7 @@ class EpisodeOutcome:
     Attributes:
         seed: env seed; success: the task was completed; steps: recorded steps.
         interventions: times the source was triggered; alarms: monitor alarms; stalls: stall triggers.
+        failed_interventions: interventions whose correction did not complete its stage (or task).
         operator_steps: steps counted as operator effort; labels: recorded steps per label.
         ended_by: ``env`` (success, failure or step limit) or ``source`` (``after=end``).
         kept: stored in the round's store; episode_id: its id there (``None`` if not kept).
@@ -70,6 +71,7 @@ class EpisodeOutcome:
     operator_steps: int
     labels: dict[str, int]
     ended_by: str
+    failed_interventions: int = 0
     kept: bool = False
     episode_id: int | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -121,8 +123,8 @@ def run_episode(
     log_ = ep.finish()
     if source.policy_label != "policy":
         recording.labels = [source.policy_label if lbl == "policy" else lbl for lbl in recording.labels]
-    return EpisodeOutcome(seed, ep.success, len(recording), interventions, alarms, stalls,
-                          recording.operator_steps, recording.label_counts(), ended_by, events=log_.events)  # fmt: skip
+    return EpisodeOutcome(seed, ep.success, len(recording), interventions, alarms, stalls, recording.operator_steps,
+                          recording.label_counts(), ended_by, getattr(source, "failed", 0), events=log_.events)  # fmt: skip
 
 
 def collect_episodes(
@@ -146,7 +148,7 @@ def collect_episodes(
         for seed in bar:
             rec = LoopRecording(pre_intervention_steps, source.counted)
             o = run_episode(ep, source, int(seed), rec, max_interventions, stall_steps)
-            o.kept = keep_episode(keep, o.success, o.interventions) and len(rec) > 0
+            o.kept = keep_episode(keep, o.success, o.interventions, o.failed_interventions) and len(rec) > 0
             if o.kept and store is not None:
                 extra = {"events": o.events, "recovery": source.name, "interventions": o.interventions,
                          "ended_by": o.ended_by}  # fmt: skip
@@ -169,6 +171,7 @@ def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
         "success_rate": sum(o.success for o in outcomes) / n,
         "episodes_with_alarm": sum(o.alarms > 0 for o in outcomes),
         "interventions": sum(o.interventions for o in outcomes),
+        "failed_interventions": sum(o.failed_interventions for o in outcomes),
         "stalls": sum(o.stalls for o in outcomes),
         "kept": len(kept),
         "kept_steps": sum(o.steps for o in kept),

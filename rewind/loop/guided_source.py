@@ -79,6 +79,7 @@ class GuidedSource(RecoverySource):
     counted: ClassVar[frozenset[str]] = frozenset()
     reacts_to_alarms = False
     policy_label = "guided"
+    train_weights: ClassVar[dict[str, float]] = {}
 
     def prepare(self, ctx: SourceContext) -> dict[str, Any]:
         """Phase prototypes from the demos, latent dynamics and drift bands from plain rollouts."""

@@ -24,13 +24,16 @@ def round_row(rec: dict[str, Any]) -> dict[str, Any]:
     coll = rec.get("collection") or {}
     lo, hi = ev["success_ci95"]
     evr = rec.get("eval_rewind") or {}
+    ctl = (rec.get("control") or {}).get("eval") or {}
     return {
         "round": rec["round"], "policy_version": rec["policy"]["version"], "parent": rec["policy"]["parent"],
         "episodes_collected": coll.get("episodes", 0), "episodes_kept": coll.get("kept", 0),
         "interventions": coll.get("interventions", 0), "labels": coll.get("labels", {}),
         "operator_steps_round": ops["round"], "operator_steps_recovery": ops["recovery"],
-        "operator_steps_total": ops["total"], "success_rate": ev["success_rate"], "success_ci95_low": lo,
+        "operator_steps_total": ops["total"], "operator_steps_demos": ops["demos"],
+        "success_rate": ev["success_rate"], "success_ci95_low": lo,
         "success_ci95_high": hi, "success_with_rewind": evr.get("success_rate"),
+        "control_success": ctl.get("success_rate"),
         "alpha_used": rec["calibration"].get("alpha"), "threshold": rec["calibration"].get("threshold"),
     }  # fmt: skip
 
@@ -57,10 +60,16 @@ def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
         ]
         if rw:
             ax.plot(*zip(*rw, strict=True), marker="s", ls="--", label="+ test-time rewind")
+        # the control spends no operator steps beyond the demos: on the cost plot it sits at the demos' cost
+        ctl = [(r["operator_steps_demos"] if name == PLOT_COST else xi, r["control_success"])
+               for xi, r in zip(x, rows, strict=True) if r["control_success"] is not None]  # fmt: skip
+        if ctl:
+            ax.plot(*zip(*ctl, strict=True), marker="^", ls="none" if name == PLOT_COST else "--",
+                    label="control: same training, demos only")  # fmt: skip
         for xi, yi, r in zip(x, y, rows, strict=True):
             ax.annotate(f"r{r['round']}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set(xlabel=xlabel, ylabel="success rate (95% Wilson)", ylim=(0, 1.02), title=title)
-        ax.legend(loc="lower right")
+        ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
@@ -75,13 +84,14 @@ def write_report(out: Path, records: list[dict[str, Any]], cfg: Any) -> Path:
     _plots(out, rows, title)
     lines = [f"# rewind-loop report: {title}", "",
              "| round | policy version | kept episodes | interventions | operator steps (round / total) "
-             "| success (95% Wilson) | with rewind |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| success (95% Wilson) | with rewind | control: demos only |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         rw = "" if r["success_with_rewind"] is None else f"{r['success_with_rewind']:.0%}"
+        ctl = "" if r["control_success"] is None else f"{r['control_success']:.0%}"
         lines.append(
             f"| {r['round']} | `{r['policy_version']}` | {r['episodes_kept']} | {r['interventions'] or 0} "
             f"| {r['operator_steps_round']} / {r['operator_steps_total']} | {r['success_rate']:.0%} "
-            f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}] | {rw} |"
+            f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}] | {rw} | {ctl} |"
         )
     lines += ["", "Labels of the kept steps per round:", ""]
     lines += [f"* round {r['round']}: {r['labels']}" for r in rows if r["round"] > 0]
@@ -128,11 +138,16 @@ def summarize_loop(
         log.info("  round %d: success %s; operator steps %d this round, %d in all (demos %d)",
                  rec["round"], success_text(rec["eval"]), ops["round"], ops["total"], ops["demos"])  # fmt: skip
     log.info("success before %s -> after %s", success_text(first["eval"]), success_text(last["eval"]))
+    control = (last.get("control") or {}).get("eval")
+    if control:
+        log.info("control (the same fine-tuning on the demos alone): %s", success_text(control))
     log.info("report: %s", out / REPORT)
     return {
         "status": "waiting_for_human" if waiting else "done", "rounds_done": len(records) - 1,
         "success_before": first["eval"]["success_rate"], "success_before_ci95": first["eval"]["success_ci95"],
         "success_after": last["eval"]["success_rate"], "success_after_ci95": last["eval"]["success_ci95"],
+        "control_after": control["success_rate"] if control else None,
+        "control_after_ci95": control["success_ci95"] if control else None,
         "operator_steps_recovery": last["operator_steps"]["recovery"], "operator_steps_demos": last["operator_steps"]["demos"],
         "report": str(out / REPORT), "rounds": [round_row(r) for r in records],
         **({"next_command": waiting["command"]} if waiting else {}),

@@ -21,7 +21,7 @@ from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
 from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
 from rewind.loop.report import log_to_wandb, summarize_loop, write_report
-from rewind.loop.sources import SourceContext, is_external, make_source, teleop_command
+from rewind.loop.sources import SourceContext, is_external, make_source, source_class, teleop_command
 from rewind.monitor.rollouts import load_policy
 from rewind.monitor.runner import MonitoredEpisode, RewindConfig
 from rewind.monitor.setup import load_monitor
@@ -163,29 +163,64 @@ def _external(
             "episode_ids": counts["episode_ids"], "interventions": None}  # fmt: skip
 
 
-def _finetune_node(
-    cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``rewind-train`` node of round ``r`` and the data it sees (for the record)."""
-    f, base, prev = cfg.finetune, records[0], records[-1]
-    rounds = range(1, r + 1) if f.all_rounds else [r]
+def train_weights(cfg: LoopConfig) -> dict[str, float]:
+    """The recovery source's default label weights updated with ``finetune.source_weights``."""
+    return {**source_class(cfg.recovery.name).train_weights, **cfg.finetune.source_weights}
+
+
+def _round_stores(
+    cfg: LoopConfig, out: Path, r: int
+) -> tuple[dict[int, Path], dict[int, dict[str, Any]], dict[int, int]]:
+    """The round stores round ``r`` trains on, their counts and their steps of non-zero weight."""
+    weights = train_weights(cfg)
+    rounds = range(1, r + 1) if cfg.finetune.all_rounds else [r]
     stores = {q: round_dir(out, q) / "collect" / "store" for q in rounds}
     counts = {q: stages.store_counts(p) for q, p in stores.items() if p.exists()}
-    used = [q for q, c in counts.items() if c["episodes"] > 0]
-    demos = str(_abs(out, base["demos"]))
+    useful = {
+        q: sum(n for lbl, n in c["labels"].items() if weights.get(lbl, 1.0) > 0) for q, c in counts.items()
+    }
+    return stores, counts, {q: n for q, n in useful.items() if n > 0}
+
+
+def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]],
+                   control: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The ``rewind-train`` node of round ``r`` (``control``: the same on the demos alone) and the data
+    it sees (for the record)."""
+    f, base, prev = cfg.finetune, records[0], records[-1]
+    stores, counts, useful = _round_stores(cfg, out, r)
+    used = [] if control else list(useful)
+    mix = stages.mix_shares(f.demo_share, [useful[q] for q in used])
     meta = read_policy_meta(_abs(out, base["policy"]["weights"]))
-    mix = stages.mix_shares(f.demo_share, [counts[q]["steps"] for q in used])
-    node: dict[str, Any] = {"data": {"path": demos, "extra_paths": [str(stores[q]) for q in used], "mix": mix,
-                                     "val_fraction": 0.0, "source_weights": dict(f.source_weights),
+    node: dict[str, Any] = {"data": {"path": str(_abs(out, base["demos"])), "extra_paths": [str(stores[q]) for q in used],
+                                     "mix": mix, "val_fraction": 0.0, "source_weights": train_weights(cfg),
                                      "weight_mode": f.weight_mode},
                             "policy": {"name": meta["policy_type"], **meta["config"]}, "seed": cfg.seed + r,
                             "train": stages.optim_node(f.steps, f.batch_size, f.lr, f.warmup_steps)}  # fmt: skip
+    parent = prev["policy"]["weights"]
+    if control and prev.get("control"):
+        parent = prev["control"]["policy"]["weights"]
     if f.mode == "ft":
-        node["init"] = {"from_weights": str(_abs(out, prev["policy"]["weights"])), "normalizer": f.normalizer}
+        node["init"] = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
     elif f.normalizer == "keep":
         node["init"] = {"from_weights": str(_abs(out, base["policy"]["weights"])), "load_weights": False}
-    data = {"demos": base["data"]["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix}
+    data = {"demos": base["data"]["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
+            "source_weights": node["data"]["source_weights"]}  # fmt: skip
     return node, data
+
+
+def _control(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]], t: dict[str, float],
+             hook: StageHook | None) -> dict[str, Any]:  # fmt: skip
+    """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
+    node, _ = _finetune_node(cfg, out, r, records, control=True)
+    folder = round_dir(out, r) / "control"
+    with _timed(t, "control_finetune", hook, r):
+        stages.train(cfg, folder / "train", node)
+    weights = resolve_weights(str(folder / "train"))
+    prev = records[-1].get("control") or records[-1]
+    with _timed(t, "control_eval", hook, r):
+        ev = stages.evaluate(cfg, weights, folder / "eval")
+    log.info("round %d control (demos only): success %s", r, stages.success_text(ev))
+    return {"policy": _policy_record(out, weights, prev["policy"]["version"]), "eval": ev}
 
 
 def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]],
@@ -201,6 +236,7 @@ def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, A
     node, data = _finetune_node(cfg, out, r, records)
     with _timed(t, "finetune", hook, r):
         stages.train(cfg, round_dir(out, r) / "train", node)
+    control = _control(cfg, out, r, records, t, hook) if cfg.control else None
     weights = resolve_weights(str(round_dir(out, r) / "train"))
     init = dict(node.get("init") or {})
     if init:
@@ -209,7 +245,7 @@ def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, A
                 "source_weights": dict(cfg.finetune.source_weights)}  # fmt: skip
     demos = str(_abs(out, records[0]["demos"]))
     record = {"round": r, "policy": _policy_record(out, weights, prev["policy"]["version"]),
-              "demos": records[0]["demos"], "finetune": finetune, "data": data, "collection": coll,
+              "demos": records[0]["demos"], "finetune": finetune, "data": data, "collection": coll, "control": control,
               **_finish_round(cfg, out, r, weights, demos, t, hook)}  # fmt: skip
     spent = int(coll["operator_steps"] or 0)
     ops = prev["operator_steps"]

@@ -80,10 +80,13 @@ class SourceContext:
     seed: int = 0
 
 
-def keep_episode(rule: str, success: bool, interventions: int) -> bool:
-    """Whether an episode is stored under ``rule`` (see :data:`KEEP_RULES`)."""
-    return {"all": True, "useful": success or interventions > 0, "success": success,
-            "intervened": interventions > 0}[rule]  # fmt: skip
+def keep_episode(rule: str, success: bool, interventions: int, failed: int = 0) -> bool:
+    """Whether an episode is stored under ``rule`` (see :data:`KEEP_RULES`). An episode with a failed
+    intervention (the operator could not complete the stage: the state was beyond recovery) is
+    only kept by ``all``: the operator's struggle there is not a correction worth learning."""
+    intervened = interventions > 0 and failed == 0
+    return {"all": True, "useful": (success and failed == 0) or intervened, "success": success and failed == 0,
+            "intervened": intervened}[rule]  # fmt: skip
 
 
 class EpisodeAsEnv:
@@ -104,16 +107,20 @@ class EpisodeAsEnv:
         return self.ep.obs, 0.0, res.done, False, res.info
 
 
-def drive_operator(ep: MonitoredEpisode, operator: Operator, label: str, until: str, budget: int) -> int:
+def drive_operator(
+    ep: MonitoredEpisode, operator: Operator, label: str, until: str, budget: int
+) -> tuple[int, bool]:
     """The operator drives ``ep`` (label ``label``) until the current ``stage`` or the whole ``task`` is
-    done, the episode ends, or ``budget`` steps are spent; returns the steps taken."""
-    env, steps = EpisodeAsEnv(ep, label), 0
+    done, the episode ends, or ``budget`` steps are spent; returns the steps taken and whether it
+    completed what it set out to do (a stage, or the task)."""
+    env, steps, completed = EpisodeAsEnv(ep, label), 0, False
     while steps < budget and not ep.done:
         res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
         steps += res.steps
+        completed = res.completed if until == "stage" else ep.success
         if until == "stage" or res.done or not res.completed or res.steps == 0:
             break
-    return steps
+    return steps, completed or ep.success
 
 
 class RecoverySource(ABC):
@@ -126,17 +133,20 @@ class RecoverySource(ABC):
         counted: labels counted as operator steps in this source's episodes.
         reacts_to_alarms: whether :meth:`on_trigger` is called at all.
         policy_label: the label the policy's own steps are stored with (``guided`` for ReGuide).
+        train_weights: default per-label training weights of the source's data (``finetune.source_weights``
+            null): RaC and HG-DAgger train on the intervention segments only.
     """
 
     name: ClassVar[str] = ""
     counted: ClassVar[frozenset[str]] = OPERATOR_SOURCES
     reacts_to_alarms: ClassVar[bool] = True
     policy_label: ClassVar[str] = "policy"
+    train_weights: ClassVar[dict[str, float]] = {"policy": 0.0, "pre_intervention": 0.0}
 
     def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
         self.cfg, self.env_name = cfg, env_name
         self.operator: Operator = make_operator(env_name, noise=OperatorNoise(action_std=cfg.operator_noise))
-        self._seed, self._count = 0, 0
+        self._seed, self._count, self.failed = 0, 0, 0
 
     def prepare(self, ctx: SourceContext) -> dict[str, Any]:
         """Build what the source needs before the round's episodes (default: nothing); returns what to
@@ -145,7 +155,7 @@ class RecoverySource(ABC):
 
     def begin(self, ep: MonitoredEpisode, seed: int) -> None:
         """A new episode with env seed ``seed`` starts (after ``ep.reset``)."""
-        self._seed, self._count = seed, 0
+        self._seed, self._count, self.failed = seed, 0, 0
 
     def before_step(self, ep: MonitoredEpisode) -> None:  # noqa: B027 (optional hook)
         """Called before every policy step (the guided source sets its guidance target here)."""
@@ -174,6 +184,7 @@ class RetrySource(RecoverySource):
 
     name = "retry"
     counted = frozenset()
+    train_weights: ClassVar[dict[str, float]] = {}
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """Rewind to the latest reached checkpoint."""
@@ -195,7 +206,10 @@ class OperatorSource(RecoverySource):
         if self.cfg.rewind_mode == "restore":
             recording.drop_from(ep.step_count)
         if not ep.done:
-            drive_operator(ep, self.fresh_operator(), "correction", "stage", self.cfg.max_correction_steps)
+            _, ok = drive_operator(
+                ep, self.fresh_operator(), "correction", "stage", self.cfg.max_correction_steps
+            )
+            self.failed += int(not ok)
         return END if self.cfg.after == "end" else CONTINUE
 
 
@@ -207,7 +221,10 @@ class DaggerSource(RecoverySource):
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """Take over, correct, then ``recovery.after``."""
-        drive_operator(ep, self.fresh_operator(), "correction", self.cfg.until, self.cfg.max_correction_steps)
+        _, ok = drive_operator(
+            ep, self.fresh_operator(), "correction", self.cfg.until, self.cfg.max_correction_steps
+        )
+        self.failed += int(not ok)
         return END if self.cfg.after == "end" else CONTINUE
 
 
@@ -246,7 +263,7 @@ class ScriptedPerson:
         self.operator.reset(np.random.default_rng(np.random.SeedSequence([self._seed, 0x4A, self._count])))
         ep.rewind(mode=self.rewind_mode)
         if not ep.done:
-            drive_operator(ep, self.operator, "human", "stage", self.budget)
+            drive_operator(ep, self.operator, "human", "stage", self.budget)  # a person decides what to keep
         return "end" if self.after == "end" else "handback"
 
 
@@ -291,9 +308,14 @@ def teleop_command(env: str, policy_path: str, calibration: str | None, store: s
     return " ".join(parts)
 
 
+def source_class(name: str) -> type[RecoverySource]:
+    """The class of recovery source ``name``; an unknown name lists the valid ones."""
+    if name not in RECOVERY_SOURCES:
+        raise ConfigError(f"recovery.name must be one of [{', '.join(RECOVERY_SOURCES)}]; got '{name}'")
+    module, _, cls = RECOVERY_SOURCES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def make_source(cfg: RecoveryConfig, env_name: str, **kwargs: Any) -> RecoverySource:
-    """The recovery source ``cfg.name``; an unknown name lists the valid ones."""
-    if cfg.name not in RECOVERY_SOURCES:
-        raise ConfigError(f"recovery.name must be one of [{', '.join(RECOVERY_SOURCES)}]; got '{cfg.name}'")
-    module, _, cls = RECOVERY_SOURCES[cfg.name].partition(":")
-    return getattr(importlib.import_module(module), cls)(cfg, env_name, **kwargs)
+    """The recovery source ``cfg.name`` (see :func:`source_class`)."""
+    return source_class(cfg.name)(cfg, env_name, **kwargs)

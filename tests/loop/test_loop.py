@@ -25,7 +25,7 @@ def _records(out: Path, rounds: int) -> list[dict]:
 
 def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_base) -> None:
     out = tmp_path / "ft"
-    summary = run_loop(loop_config(out, tiny_base))
+    summary = run_loop(loop_config(out, tiny_base, control=True))
     base, r1, r2 = _records(out, 2)
     assert summary["status"] == "done" and summary["rounds_done"] == 2
     assert base["policy"]["parent"] is None and r1["policy"]["parent"] == base["policy"]["version"]
@@ -36,6 +36,13 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_base) -> None:
     }
     assert r2["finetune"]["init"]["from_weights"] == r1["policy"]["weights"]  # continues from the last round
     assert set(r2["data"]["rounds"]) == {"1", "2"} and r2["data"]["mix"][0] == pytest.approx(0.2)
+    assert r2["data"]["source_weights"] == {"policy": 0.0, "pre_intervention": 0.0}  # RaC: interventions only
+    # the control arm: the same fine-tuning on the demos alone, its own lineage from the base
+    assert r1["control"]["policy"]["parent"] == base["policy"]["version"]
+    assert r2["control"]["policy"]["parent"] == r1["control"]["policy"]["version"]
+    assert summary["control_after"] == r2["control"]["eval"]["success_rate"]
+    ctl_meta = json.loads((out / r2["control"]["policy"]["weights"] / "config.json").read_text())["extra"]
+    assert "stores" not in ctl_meta and ctl_meta["init_from"].endswith(r1["control"]["policy"]["weights"])
     assert r1["collection"]["interventions"] == 3 and set(r1["collection"]["labels"]) >= {"correction"}
     ops = [r["operator_steps"] for r in (base, r1, r2)]
     assert ops[0]["demos"] > 0 and ops[0]["recovery"] == 0

@@ -67,7 +67,7 @@ def test_operator_rac_recovers_corrects_and_ends(parts) -> None:
 
 def test_dagger_takes_over_without_rewind_and_hands_back(parts) -> None:
     out, rec = _run(*parts, name="dagger", after="handback", max_interventions=2, max_correction_steps=5)
-    assert out.interventions == 2 and out.ended_by == "env"
+    assert out.interventions == 2 and out.ended_by == "env" and out.failed_interventions == 2
     assert "recovery" not in rec.labels and rec.labels.count("correction") == 10
     assert "policy" in rec.labels[rec.labels.index("correction") :]  # the policy drove again
     assert out.operator_steps == 10 and out.labels["correction"] == 10
@@ -105,7 +105,7 @@ def test_a_person_plugs_in_through_the_protocol(parts) -> None:
 
 def test_stall_trigger_without_a_monitor_and_keep_rules(parts, tmp_path: Path) -> None:
     env, loaded = parts
-    cfg = RecoveryConfig(name="dagger", stall_steps=8, max_correction_steps=5, keep="intervened")
+    cfg = RecoveryConfig(name="dagger", stall_steps=8, max_correction_steps=5, keep="all")
     source = make_source(cfg, "lift")
 
     def make() -> MonitoredEpisode:
@@ -119,10 +119,15 @@ def test_stall_trigger_without_a_monitor_and_keep_rules(parts, tmp_path: Path) -
         )
         infos = store.episodes()
     assert all(o.stalls >= 1 and o.interventions == 1 and o.kept for o in outs)
+    assert [o.failed_interventions for o in outs] == [1, 1]  # 5 steps cannot complete a grasp
     assert [i.n_operator_steps for i in infos] == [o.operator_steps for o in outs] == [5, 5]
     assert all(i.round == 1 and i.extra["recovery"] == "dagger" for i in infos)
     assert keep_episode("useful", False, 0) is False and keep_episode("useful", True, 0) is True
     assert keep_episode("success", False, 3) is False and keep_episode("all", False, 0) is True
+    assert (
+        keep_episode("useful", False, 1, failed=1) is False
+        and keep_episode("intervened", False, 2, 0) is True
+    )
 
 
 def test_unknown_source_lists_the_valid_ones() -> None:

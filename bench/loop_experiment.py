@@ -1,0 +1,174 @@
+"""Issue-5 experiment: success vs operator steps for more demos, HG-DAgger, RaC, guided (ReGuide), and
+test-time rewind on top of each trained policy.
+
+Per task it runs committed commands, exactly as a user would, each into its own folder under ``--root``:
+
+    rewind-collect env=TASK episodes=N seed=0 out=ROOT/TASK/demos_N/store          (a) N in --demos
+    rewind-train   env=TASK data.path=... train.steps=S ... out_dir=ROOT/TASK/demos_N/train
+    rewind-calibrate / rewind-eval [monitor=tide rewind=restore]                   (a) and (e)
+    rewind-loop    env=TASK base.policy_path=ROOT/TASK/demos_BASE/train recovery=dagger|operator|guided
+                   rounds=R episodes_per_round=E seed=K eval.rewind=true out_dir=ROOT/TASK/METHOD_sK
+
+The base of every loop is the smallest demo count's policy, so all methods start from the same
+weights. Each run is skipped when its ``summary.json`` exists (and ``rewind-loop`` itself resumes at
+round granularity), so an interrupted experiment continues where it stopped. Results: ``--out`` (JSON,
+one point per (method, seed, round) with operator steps, success and its 95% Wilson interval, and the
+success with test-time rewind) and one plot per task next to it.
+
+    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks pick_place stack3 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("loop_experiment")
+
+METHODS = {
+    "dagger": "(b) HG-DAgger",
+    "operator": "(c) RaC rewind + correct",
+    "guided": "(d) guided (ReGuide)",
+}
+#: Per task: demo counts for (a) (the first is every loop's base) and training steps.
+TASKS = {
+    "pick_place": {"demos": [20, 40, 80], "steps": 2000},
+    "stack3": {"demos": [50, 100, 200], "steps": 4000},
+}
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
+    """Run a rewind command unless ``folder/summary.json`` exists; return that summary."""
+    summary = folder / "summary.json"
+    if not summary.exists():
+        log.info("$ %s", " ".join(cmd))
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f"{folder.name}.log", "a") as fh:
+            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+    return json.loads(summary.read_text())
+
+
+def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace) -> dict[str, Any]:
+    """(a): N scripted demos -> train from scratch -> evaluate, and (e) with test-time rewind."""
+    base = root / task / f"demos_{n}"
+    store = base / "store"
+    col = _run([_bin("rewind-collect"), f"env={task}", f"episodes={n}", "seed=0", f"out={store}",
+                f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
+    _run([_bin("rewind-train"), f"env={task}", f"data.path={store}", "data.val_fraction=0", f"train.steps={steps}",
+          "train.batch_size=64", "train.warmup_steps=200", f"train.save_every={steps}", "train.val_every=0",
+          f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled", "progress=false",
+          f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
+    common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
+    _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.1",
+          f"episodes={a.cal_episodes}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
+    ev = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
+               f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip
+    evr = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
+                "monitor=tide", f"monitor.calibration={base / 'calibration'}", "rewind=restore",
+                f"out_dir={base / 'eval_rewind'}"], base / "eval_rewind")  # fmt: skip
+    return {"method": "demos", "seed": 0, "round": 0, "demos": col["succeeded"],
+            "operator_steps": col["store_info"]["n_operator_steps"], "success": ev["success_rate"],
+            "ci95": ev["success_ci95"], "success_with_rewind": evr["success_rate"]}  # fmt: skip
+
+
+def loop(
+    root: Path, task: str, method: str, seed: int, base: Path, a: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """(b)-(d): one ``rewind-loop`` from the shared base; one point per round."""
+    out = root / task / f"{method}_s{seed}"
+    s = _run([_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
+              f"rounds={a.rounds}", f"episodes_per_round={a.per_round}", f"seed={seed}",
+              f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
+              f"calibration.episodes={a.cal_episodes}", *a.loop_args, "wandb.mode=offline", "progress=false",
+              f"out_dir={out}"], out)  # fmt: skip
+    return [{"method": method, "seed": seed, "round": r["round"], "operator_steps": r["operator_steps_total"],
+             "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]],
+             "success_with_rewind": r["success_with_rewind"]} for r in s["rounds"]]  # fmt: skip
+
+
+def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
+    """Success vs operator steps per method (mean over seeds, Wilson intervals of the first seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = {"demos": "(a) more demos", **METHODS}
+    for method, label in labels.items():
+        rows = sorted(
+            (p for p in points if p["method"] == method and p["seed"] == 0), key=lambda p: p["operator_steps"]
+        )
+        if not rows:
+            continue
+        x, y = [p["operator_steps"] for p in rows], [p["success"] for p in rows]
+        err = [
+            [v - p["ci95"][0] for v, p in zip(y, rows, strict=True)],
+            [p["ci95"][1] - v for v, p in zip(y, rows, strict=True)],
+        ]
+        line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        rw = [
+            (xi, p["success_with_rewind"])
+            for xi, p in zip(x, rows, strict=True)
+            if p["success_with_rewind"] is not None
+        ]
+        if rw:
+            ax.plot(*zip(*rw, strict=True), ls=":", marker="x", color=line[0].get_color())
+    ax.set(xlabel="operator steps (demos + interventions)", ylabel="success (95% Wilson)", ylim=(0, 1.02),
+           title=f"{task}: success vs operator steps (x: + test-time rewind)")  # fmt: skip
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the plan task by task; rewrite the JSON and plots after every run."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default="runs/loop_experiment")
+    ap.add_argument("--tasks", nargs="*", default=list(TASKS))
+    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--seeds", nargs="*", type=int, default=[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=int, default=30, help="episodes collected per round")
+    ap.add_argument("--episodes", type=int, default=50, help="evaluation episodes")
+    ap.add_argument("--cal-episodes", type=int, default=30, help="calibration rollouts")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--loop-args", nargs="*", default=[], help="extra rewind-loop overrides")
+    ap.add_argument("--out", default="bench/results/loop_experiment.json")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    root, out = Path(a.root), Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"command": " ".join(sys.argv), "tasks": {}}
+    for task in a.tasks:
+        plan, points = TASKS[task], []
+        results["tasks"][task] = {"plan": plan, "points": points}
+        for n in plan["demos"]:
+            points.append(more_demos(root, task, n, plan["steps"], a))
+            _save(results, out, task, points)
+        base = root / task / f"demos_{plan['demos'][0]}" / "train"
+        for method in a.methods:
+            for seed in a.seeds:
+                points += loop(root, task, method, seed, base, a)
+                _save(results, out, task, points)
+
+
+def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
+    out.write_text(json.dumps(results, indent=2))
+    plot(points, task, out.with_name(f"{out.stem}_{task}.png"))
+
+
+if __name__ == "__main__":
+    main()
