@@ -56,7 +56,7 @@ def rollouts(ctx: SourceContext, n: int, seed0: int) -> tuple[list[Trajectory], 
 
 def _transitions(
     policy: ActionChunkPolicy, phases: PhaseModel, trajs: list[Trajectory], h: int, stride: int = 1
-):
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Whitened latents, the next ``h`` normalised actions and the latent ``h`` steps later."""
     ps, acts, nexts = [], [], []
     for obs, actions in trajs:
