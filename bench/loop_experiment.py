@@ -69,7 +69,7 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
           f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled", "progress=false",
           f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
-    _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.1",
+    _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
           f"episodes={a.cal_episodes}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
     ev = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
                f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip

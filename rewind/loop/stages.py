@@ -141,6 +141,7 @@ def _eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str 
 def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> dict[str, Any]:
     """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (with ``calibration``: test-time
     rewind, ``restore``); returns success, its 95% Wilson interval and the stage histogram."""
+    folder.mkdir(parents=True, exist_ok=True)
     summary = run_eval(_eval_config(cfg, weights, folder, calibration))
     keep = ("episodes", "successes", "success_rate", "success_ci95", "max_stage_histogram", "mean_length")
     out = {k: summary[k] for k in keep}
