@@ -123,3 +123,18 @@ def test_cli_builds_its_own_base_and_reports_bad_values(
         assert run_cli(main, [f"out_dir={tmp_path / 'bad'}", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, tiny_base) -> None:
+    from rewind.eval.runner import resolve_weights
+    from rewind.loop import stages
+    from rewind.monitor import Calibration
+    from rewind.policies.io import weights_hash
+
+    weights = resolve_weights(str(tiny_base["train"]))
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    Calibration("tide", 0.5, 1, -1.0, weights_hash(weights)).save(cal)  # every scored step alarms
+    cfg = loop_config(tmp_path / "o", tiny_base, eval={"episodes": 2, "num_envs": 2})
+    ev = stages.evaluate(cfg, weights, tmp_path / "new" / "eval_rewind", str(cal))
+    assert ev["episodes"] == 2 and ev["monitor"]["rewinds"] >= 2
