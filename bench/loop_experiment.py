@@ -93,7 +93,8 @@ def loop(
               f"out_dir={out}"], out)  # fmt: skip
     return [{"method": method, "seed": seed, "round": r["round"], "operator_steps": r["operator_steps_total"],
              "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]],
-             "success_with_rewind": r["success_with_rewind"]} for r in s["rounds"]]  # fmt: skip
+             "success_with_rewind": r["success_with_rewind"], "control_success": r.get("control_success")}
+            for r in s["rounds"]]  # fmt: skip
 
 
 def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
