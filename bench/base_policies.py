@@ -21,10 +21,11 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
 log = logging.getLogger("base_policies")
 
@@ -32,19 +33,13 @@ log = logging.getLogger("base_policies")
 DEFAULT_PLAN = ["lift:100", "pick_place:100", "stack3:25", "stack3:100", "nut_peg:25", "nut_peg:100"]
 
 
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
+_bin = rewind_bin
 
 
 def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
-    """Run a rewind command unless ``folder/summary.json`` exists; return that summary."""
-    summary = folder / "summary.json"
-    if not summary.exists():
-        log.info("$ %s", " ".join(cmd))
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f"{folder.name}.log", "w") as fh:
-            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
-    result = json.loads(summary.read_text())
+    """:func:`run_once`, plus the run's wall time from its ``run.json``."""
+    result = run_once(cmd, folder)
+    assert result is not None
     result["duration_s"] = json.loads((folder / "run.json").read_text()).get("duration_s")
     return result
 

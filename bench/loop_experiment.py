@@ -24,10 +24,11 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
 log = logging.getLogger("loop_experiment")
 
@@ -43,19 +44,14 @@ TASKS = {
 }
 
 
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
+_bin = rewind_bin
 
 
 def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
-    """Run a rewind command unless ``folder/summary.json`` exists; return that summary."""
-    summary = folder / "summary.json"
-    if not summary.exists():
-        log.info("$ %s", " ".join(cmd))
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f"{folder.name}.log", "a") as fh:
-            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
-    return json.loads(summary.read_text())
+    """:func:`run_once` (the step's log is appended to, across resumes)."""
+    result = run_once(cmd, folder, log_mode="a")
+    assert result is not None
+    return result
 
 
 def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace) -> dict[str, Any]:

@@ -23,32 +23,23 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
 log = logging.getLogger("monitor_results")
 CONDITIONS = ("none", "nudge")
 
 
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
-
-
+_bin = rewind_bin
 NO_RUN = False  # --no-run: only gather the summaries that exist
 
 
 def _run(cmd: list[str], folder: Path) -> dict[str, Any] | None:
-    """Run a command unless ``folder/summary.json`` exists; return that summary."""
-    if not (folder / "summary.json").exists():
-        if NO_RUN:
-            return None
-        log.info("$ %s", " ".join(cmd))
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f"{folder.name}.log", "w") as fh:
-            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
-    return json.loads((folder / "summary.json").read_text())
+    """:func:`run_once` (``None`` for a missing step under ``--no-run``)."""
+    return run_once(cmd, folder, no_run=NO_RUN)
 
 
 def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict[str, Any]:
