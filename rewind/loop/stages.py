@@ -17,11 +17,9 @@ from rewind.envs.config import build_env
 from rewind.eval.config import EvalConfig
 from rewind.eval.runner import run_eval
 from rewind.loop.config import LoopConfig
-from rewind.monitor.checkpoints import build_library, make_labeler
+from rewind.monitor.calibrate import calibration_rollouts
 from rewind.monitor.conformal import CalibrationError, calibrate
-from rewind.monitor.rollouts import load_policy, run_monitored
-from rewind.monitor.runner import Monitor, RewindConfig
-from rewind.monitor.setup import build_score, encode_episodes, save_reference, score_params
+from rewind.monitor.rollouts import load_policy
 from rewind.store import ReplayStore
 from rewind.train import TrainConfig, run_train
 from rewind.train.trainer import resolve_device
@@ -62,21 +60,9 @@ def _calibration_rollouts(
     env = build_env(cfg.env)
     try:
         loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
-        with ReplayStore.open(demos_path) as store:
-            demos = [store.load(i.id) for i in store.episodes(success=True)[: cfg.calibration.max_demos]]
-        labeler = make_labeler(cfg.monitor.labeler)
-        build_library(loaded.policy, demos, env.unwrapped, labeler, loaded.weights_hash).save(folder)
-        reference = None
-        if cfg.monitor.score == "embedding_ood":
-            reference = encode_episodes(loaded.policy, demos)
-            save_reference(folder, reference)
         c = cfg.calibration
-        score = build_score(
-            cfg.monitor.score, score_params(cfg.monitor.score, cfg.monitor, c.seed), reference
-        )
-        seeds = list(range(c.seed, c.seed + c.episodes))
-        records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
-                                        seeds, c.seed, progress=cfg.progress, desc="calibrate")  # fmt: skip
+        _, score, records, traces = calibration_rollouts(env, loaded, demos_path, c.max_demos, cfg.monitor,
+                                                      c.episodes, c.seed, folder, cfg.progress)  # fmt: skip
     finally:
         env.close()
     return loaded, score, [(t, r.success) for t, r in zip(traces, records, strict=True)]

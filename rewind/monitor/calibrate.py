@@ -21,10 +21,11 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, build_env
-from rewind.monitor.checkpoints import build_library, make_labeler
+from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
 from rewind.monitor.conformal import calibrate, held, min_calibration_size
-from rewind.monitor.rollouts import load_policy, run_monitored
+from rewind.monitor.rollouts import LoadedPolicy, MonitoredRecord, load_policy, run_monitored
 from rewind.monitor.runner import Monitor, RewindConfig
+from rewind.monitor.scores import FailureScore
 from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.store import ReplayStore
 from rewind.train.config import DEVICES
@@ -96,6 +97,39 @@ def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal
     plt.close(fig)
 
 
+def calibration_rollouts(
+    env: Any,
+    loaded: LoadedPolicy,
+    demos_path: str,
+    max_demos: int,
+    monitor: MonitorConfig,
+    episodes: int,
+    seed: int,
+    out: Path,
+    progress: bool = True,
+) -> tuple[CheckpointLibrary, FailureScore, list[MonitoredRecord], list[list[float | None]]]:
+    """Label and save the checkpoint library (and ``embedding_ood``'s reference features) from the
+    demos at ``demos_path`` into ``out``, then run ``episodes`` rollouts (seeds ``seed..``) with the
+    score recorded and no rewinds. Shared by ``rewind-calibrate`` and the recovery loop."""
+    with ReplayStore.open(demos_path) as store:
+        demos = [store.load(i.id) for i in store.episodes(success=True)[:max_demos]]
+    require(bool(demos), f"data_path {demos_path}: no successful episodes to label")
+    library = build_library(
+        loaded.policy, demos, env.unwrapped, make_labeler(monitor.labeler), loaded.weights_hash
+    )
+    library.save(out)
+    log.info("checkpoint library (%s): %s", monitor.labeler, ", ".join(library.names))
+    reference = None
+    if monitor.score == "embedding_ood":
+        reference = encode_episodes(loaded.policy, demos)
+        save_reference(out, reference)
+    score = build_score(monitor.score, score_params(monitor.score, monitor, seed), reference)
+    seeds = list(range(seed, seed + episodes))
+    records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
+                                    seeds, seed, progress=progress, desc="calibrate")  # fmt: skip
+    return library, score, records, traces
+
+
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     """Entry point of ``rewind-calibrate``; returns the summary."""
     if cfg.num_threads:
@@ -106,24 +140,8 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     env = build_env(cfg.env)
     try:
         loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
-        with ReplayStore.open(cfg.data_path) as store:
-            demos = [store.load(i.id) for i in store.episodes(success=True)[: cfg.max_demos]]
-        require(bool(demos), f"data_path {cfg.data_path}: no successful episodes to label")
-        library = build_library(
-            loaded.policy, demos, env.unwrapped, make_labeler(cfg.monitor.labeler), loaded.weights_hash
-        )
-        library.save(out)
-        log.info("checkpoint library (%s): %s", cfg.monitor.labeler, ", ".join(library.names))
-        reference = None
-        if cfg.monitor.score == "embedding_ood":
-            reference = encode_episodes(loaded.policy, demos)
-            save_reference(out, reference)
-        score = build_score(
-            cfg.monitor.score, score_params(cfg.monitor.score, cfg.monitor, cfg.seed), reference
-        )
-        seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
-        records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
-                                        seeds, cfg.seed, progress=cfg.progress, desc="calibrate")  # fmt: skip
+        library, score, records, traces = calibration_rollouts(env, loaded, cfg.data_path, cfg.max_demos, cfg.monitor,
+                                                      cfg.episodes, cfg.seed, out, cfg.progress)  # fmt: skip
     finally:
         env.close()
     ok = [r.success for r in records]
