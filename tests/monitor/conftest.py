@@ -7,21 +7,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
-from _train_helpers import collect_lift_store, train_config  # noqa: E402
+from _train_helpers import train_tiny_policy  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A 4-demo Lift store and a tiny diffusion policy trained on it (seconds)."""
-    import torch
-
-    from rewind.train import run_train
-
-    root = tmp_path_factory.mktemp("monitor_run")
-    store = collect_lift_store(root / "store")
-    threads = torch.get_num_threads()
-    try:
-        run_train(train_config(root / "train", store))
-    finally:
-        torch.set_num_threads(threads)
-    return {"store": store, "train": root / "train", "root": root}
+    return train_tiny_policy(tmp_path_factory.mktemp("monitor_run"))

@@ -105,3 +105,19 @@ def run_cli(main: Callable[[Sequence[str]], None], args: Sequence[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def train_tiny_policy(root: Path) -> dict[str, Path]:
+    """A 4-demo Lift store under ``root/store`` and a tiny diffusion policy trained on it under
+    ``root/train`` (seconds); the caller's torch thread count is restored."""
+    import torch
+
+    from rewind.train import run_train
+
+    store = collect_lift_store(root / "store")
+    threads = torch.get_num_threads()
+    try:
+        run_train(train_config(root / "train", store))
+    finally:
+        torch.set_num_threads(threads)
+    return {"store": store, "train": root / "train", "root": root}
