@@ -37,11 +37,16 @@ METHODS = {
     "operator": "(c) RaC rewind + correct",
     "guided": "(d) guided (ReGuide)",
 }
-#: Per task: demo counts for (a) (the first is every loop's base) and training steps.
-TASKS = {
-    "pick_place": {"demos": [20, 40, 80], "steps": 2000},
-    "stack3": {"demos": [50, 100, 200], "steps": 4000},
-}
+#: Per task: demo counts for (a) (the first is every loop's base) and the from-scratch training recipe.
+#: Stack3 uses bench/base_policies.py's long recipe (batch 256, 10k steps, 10% validation): shorter
+#: recipes give a base that almost never succeeds (0-6% at 2,500 steps), which leaves no loop to run;
+#: so ``--adopt stack3:100=runs/base_policies/stack3_d100_s10000`` reuses that run instead of repeating it.
+TASKS: dict[str, dict[str, Any]] = {
+    "pick_place": {"demos": [20, 40, 80], "steps": 2000, "train": ["train.batch_size=64",
+                   "train.warmup_steps=200", "data.val_fraction=0", "train.val_every=0"]},
+    "stack3": {"demos": [100, 200], "steps": 10000, "train": ["train.batch_size=256",
+               "train.warmup_steps=500", "data.val_fraction=0.1", "train.val_every=2000"]},
+}  # fmt: skip
 
 
 _bin = rewind_bin
@@ -60,10 +65,9 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
     store = base / "store"
     col = _run([_bin("rewind-collect"), f"env={task}", f"episodes={n}", "seed=0", f"out={store}",
                 f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
-    _run([_bin("rewind-train"), f"env={task}", f"data.path={store}", "data.val_fraction=0", f"train.steps={steps}",
-          "train.batch_size=64", "train.warmup_steps=200", f"train.save_every={steps}", "train.val_every=0",
-          f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled", "progress=false",
-          f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
+    _run([_bin("rewind-train"), f"env={task}", f"data.path={store}", f"train.steps={steps}", *TASKS[task]["train"],
+          f"train.save_every={steps}", f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled",
+          "progress=false", f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
     _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
           f"episodes={a.cal_episodes}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
@@ -78,11 +82,14 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
 
 
 def loop(
-    root: Path, task: str, method: str, seed: int, base: Path, a: argparse.Namespace
+    root: Path, task: str, method: str, seed: int, base: Path, a: argparse.Namespace, control: bool = True
 ) -> list[dict[str, Any]]:
-    """(b)-(d): one ``rewind-loop`` from the shared base; one point per round."""
+    """(b)-(d): one ``rewind-loop`` from the shared base; one point per round. The control arm (the same
+    fine-tuning on the demos alone) is identical for every method of a (task, seed), so only the first
+    method's loop trains it (``control``)."""
     out = root / task / f"{method}_s{seed}"
     s = _run([_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
+              f"control={str(control).lower()}",
               f"rounds={a.rounds}", f"episodes_per_round={a.per_round}", f"seed={seed}",
               f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
               f"calibration.episodes={a.cal_episodes}", *a.loop_args, "wandb.mode=offline", "progress=false",
@@ -142,6 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cal-episodes", type=int, default=30, help="calibration rollouts")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--loop-args", nargs="*", default=[], help="extra rewind-loop overrides")
+    ap.add_argument(
+        "--parts", nargs="*", default=["demos", "loops"], help="run (a) 'demos', the 'loops', or both"
+    )
+    ap.add_argument(
+        "--adopt", nargs="*", default=[], help="TASK:N=FOLDER: reuse a base_policies run as (a)'s N"
+    )
     ap.add_argument("--out", default="bench/results/loop_experiment.json")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -149,17 +162,52 @@ def main(argv: list[str] | None = None) -> None:
     root, out = Path(a.root), Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"command": " ".join(sys.argv), "tasks": {}}
+    for item in a.adopt:
+        adopt(root, item)
     for task in a.tasks:
         plan, points = TASKS[task], []
         results["tasks"][task] = {"plan": plan, "points": points}
-        for n in plan["demos"]:
-            points.append(more_demos(root, task, n, plan["steps"], a))
-            _save(results, out, task, points)
-        base = root / task / f"demos_{plan['demos'][0]}" / "train"
-        for method in a.methods:
-            for seed in a.seeds:
-                points += loop(root, task, method, seed, base, a)
+        first, *more = plan["demos"]
+        parts = [("demos", first)] + [("loops", None)] + [("demos", n) for n in more]
+        for part, n in parts:  # the loops need only the base; the larger demo counts come last
+            if part not in a.parts:
+                continue
+            if part == "demos":
+                points.append(more_demos(root, task, n, plan["steps"], a))
                 _save(results, out, task, points)
+                continue
+            base = root / task / f"demos_{first}" / "train"
+            for seed in a.seeds:
+                for i, method in enumerate(a.methods):
+                    points += loop(root, task, method, seed, base, a, control=i == 0)
+                    _save(results, out, task, _with_control(points))
+
+
+def adopt(root: Path, item: str) -> None:
+    """``TASK:N=FOLDER``: use FOLDER's ``store``, ``collect`` and ``train`` (a ``bench/base_policies.py``
+    run with the task's recipe) as (a)'s N-demo run instead of repeating it (symlinks)."""
+    key, _, folder = item.partition("=")
+    task, _, n = key.partition(":")
+    src, dst = Path(folder).resolve(), root / task / f"demos_{n}"
+    if task not in TASKS or not n.isdigit() or not (src / "train" / "summary.json").exists():
+        raise SystemExit(
+            f"--adopt {item!r}: want TASK:N=FOLDER with a finished FOLDER/train; tasks: {list(TASKS)}"
+        )
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("store", "collect", "train"):
+        if not (dst / name).exists():
+            (dst / name).symlink_to(src / name, target_is_directory=True)
+
+
+def _with_control(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fill every loop point's ``control_success`` from the loop (same task, seed, round) that trained it."""
+    ctrl = {
+        (p["seed"], p["round"]): p["control_success"] for p in points if p.get("control_success") is not None
+    }
+    for p in points:
+        if p["method"] != "demos" and p.get("control_success") is None:
+            p["control_success"] = ctrl.get((p["seed"], p["round"]))
+    return points
 
 
 def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
