@@ -28,7 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
+
+from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("loop_experiment")
 
@@ -37,19 +40,29 @@ METHODS = {
     "operator": "(c) RaC rewind + correct",
     "guided": "(d) guided (ReGuide)",
 }
-#: Per task: demo counts for (a) (the first is every loop's base) and the from-scratch training recipe.
+#: Per task: demo counts for (a) (the first is every loop's base), the from-scratch training recipe, the
+#: episodes collected per loop round and the calibration rollouts (``--per-round`` / ``--cal-episodes``
+#: override them). Stack3 needs more calibration rollouts: its base succeeds about 1 time in 4.
 #: Stack3 uses bench/base_policies.py's long recipe (batch 256, 10k steps, 10% validation): shorter
 #: recipes give a base that almost never succeeds (0-6% at 2,500 steps), which leaves no loop to run;
 #: so ``--adopt stack3:100=runs/base_policies/stack3_d100_s10000`` reuses that run instead of repeating it.
 TASKS: dict[str, dict[str, Any]] = {
     "pick_place": {"demos": [20, 40, 80], "steps": 2000, "train": ["train.batch_size=64",
-                   "train.warmup_steps=200", "data.val_fraction=0", "train.val_every=0"]},
+                   "train.warmup_steps=200", "data.val_fraction=0", "train.val_every=0"],
+                   "per_round": 60, "cal_episodes": 30},
     "stack3": {"demos": [100, 200], "steps": 10000, "train": ["train.batch_size=256",
-               "train.warmup_steps=500", "data.val_fraction=0.1", "train.val_every=2000"]},
+               "train.warmup_steps=500", "data.val_fraction=0.1", "train.val_every=2000"],
+               "per_round": 40, "cal_episodes": 100},
 }  # fmt: skip
 
 
 _bin = rewind_bin
+
+
+def _setting(a: argparse.Namespace, task: str, name: str) -> int:
+    """The command line's value of ``name`` if given, else the task's default."""
+    value = getattr(a, name)
+    return int(TASKS[task][name] if value is None else value)
 
 
 def _run(cmd: list[str], folder: Path) -> dict[str, Any]:
@@ -70,7 +83,7 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
           "progress=false", f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
     _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
-          f"episodes={a.cal_episodes}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
+          f"episodes={_setting(a, task, 'cal_episodes')}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
     ev = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
                f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip
     evr = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
@@ -78,7 +91,7 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
                 f"out_dir={base / 'eval_rewind'}"], base / "eval_rewind")  # fmt: skip
     return {"method": "demos", "seed": 0, "round": 0, "demos": col["succeeded"],
             "operator_steps": col["store_info"]["n_operator_steps"], "success": ev["success_rate"],
-            "ci95": ev["success_ci95"], "success_with_rewind": evr["success_rate"]}  # fmt: skip
+            "ci95": ev["success_ci95"], "episodes": ev["episodes"], "success_with_rewind": evr["success_rate"]}  # fmt: skip
 
 
 def loop(
@@ -90,18 +103,19 @@ def loop(
     out = root / task / f"{method}_s{seed}"
     s = _run([_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
               f"control={str(control).lower()}",
-              f"rounds={a.rounds}", f"episodes_per_round={a.per_round}", f"seed={seed}",
+              f"rounds={a.rounds}", f"episodes_per_round={_setting(a, task, 'per_round')}", f"seed={seed}",
               f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
-              f"calibration.episodes={a.cal_episodes}", *a.loop_args, "wandb.mode=offline", "progress=false",
+              f"calibration.episodes={_setting(a, task, 'cal_episodes')}", *a.loop_args, "wandb.mode=offline", "progress=false",
               f"out_dir={out}"], out)  # fmt: skip
     return [{"method": method, "seed": seed, "round": r["round"], "operator_steps": r["operator_steps_total"],
-             "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]],
+             "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]], "episodes": a.episodes,
              "success_with_rewind": r["success_with_rewind"], "control_success": r.get("control_success")}
             for r in s["rounds"]]  # fmt: skip
 
 
 def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
-    """Success vs operator steps per method (mean over seeds, Wilson intervals of the first seed)."""
+    """Success vs operator steps per method: per round, the mean over seeds of the operator steps and the
+    success, with the Wilson interval of the episodes pooled over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,9 +124,7 @@ def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     labels = {"demos": "(a) more demos", **METHODS}
     for method, label in labels.items():
-        rows = sorted(
-            (p for p in points if p["method"] == method and p["seed"] == 0), key=lambda p: p["operator_steps"]
-        )
+        rows = _seed_means([p for p in points if p["method"] == method])
         if not rows:
             continue
         x, y = [p["operator_steps"] for p in rows], [p["success"] for p in rows]
@@ -120,7 +132,10 @@ def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
             [v - p["ci95"][0] for v, p in zip(y, rows, strict=True)],
             [p["ci95"][1] - v for v, p in zip(y, rows, strict=True)],
         ]
-        line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        n_seeds = max(p["n_seeds"] for p in rows)
+        line = ax.errorbar(
+            x, y, yerr=err, marker="o", capsize=3, label=label + (f" ({n_seeds} seeds)" * (n_seeds > 1))
+        )
         rw = [
             (xi, p["success_with_rewind"])
             for xi, p in zip(x, rows, strict=True)
@@ -136,6 +151,22 @@ def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
     plt.close(fig)
 
 
+def _seed_means(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (round, demos) of ``points``: means over seeds; Wilson interval of the pooled episodes."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for p in points:
+        groups.setdefault((p["round"], p.get("demos", 0)), []).append(p)
+    rows = []
+    for grp in groups.values():
+        n_eps = sum(p.get("episodes", 100) for p in grp)
+        wins = sum(round(p["success"] * p.get("episodes", 100)) for p in grp)
+        rw = [p["success_with_rewind"] for p in grp if p["success_with_rewind"] is not None]
+        rows.append({"operator_steps": float(np.mean([p["operator_steps"] for p in grp])), "success": wins / n_eps,
+                     "ci95": list(wilson_interval(wins, n_eps)), "n_seeds": len(grp),
+                     "success_with_rewind": float(np.mean(rw)) if rw else None})  # fmt: skip
+    return sorted(rows, key=lambda r: r["operator_steps"])
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the plan task by task; rewrite the JSON and plots after every run."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -143,10 +174,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", nargs="*", default=list(TASKS))
     ap.add_argument("--methods", nargs="*", default=list(METHODS))
     ap.add_argument("--seeds", nargs="*", type=int, default=[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--per-round", type=int, default=30, help="episodes collected per round")
-    ap.add_argument("--episodes", type=int, default=50, help="evaluation episodes")
-    ap.add_argument("--cal-episodes", type=int, default=30, help="calibration rollouts")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--per-round", type=int, default=None, help="episodes collected per round (default: per task)"
+    )
+    ap.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
+    ap.add_argument("--cal-episodes", type=int, default=None, help="calibration rollouts (default: per task)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--loop-args", nargs="*", default=[], help="extra rewind-loop overrides")
     ap.add_argument(
