@@ -38,6 +38,12 @@ class PolicyConfig:
         image_keys: image keys (uint8 ``[H, W, C]`` per step); empty = no images.
         action_norm: normalization of actions, ``min_max`` (to ``[-1, 1]``) or ``mean_std``.
         obs_norm: normalization of low-dim observations, ``min_max`` or ``mean_std``.
+        obs_clip: normalized low-dim observations are clipped to ``[-obs_clip, obs_clip]`` (``None``:
+            no clipping), in training and at inference. A coordinate with a tiny but nonzero demo
+            range (a cube's quaternion while it stays upright) otherwise becomes a huge input once a
+            rollout leaves that range: up to 290 on Stack3 recovery data, which made fine-tuning on
+            it collapse the policy (docs/loop.md). In-range data (every demo with ``min_max``) is
+            unaffected.
         obs_feature_dim: ``F`` of the low-dim encoder MLP.
         low_dim_mode: ``flatten`` (MLP on the ``To`` steps concatenated) or ``per_step``.
         image_crop_ratio: random-crop side ratio while training (center crop at eval), in (0, 1].
@@ -60,6 +66,7 @@ class PolicyConfig:
     image_keys: list[str] = field(default_factory=list)
     action_norm: str = "min_max"
     obs_norm: str = "min_max"
+    obs_clip: float | None = 5.0
     obs_feature_dim: int = 256
     low_dim_mode: str = "flatten"
     image_crop_ratio: float = 0.9
@@ -84,6 +91,8 @@ class PolicyConfig:
             raise ValueError(f"obs_keys and image_keys must be disjoint; both contain {sorted(overlap)}")
         check_choice("action_norm", self.action_norm, ["min_max", "mean_std"])
         check_choice("obs_norm", self.obs_norm, ["min_max", "mean_std"])
+        if self.obs_clip is not None and not self.obs_clip > 0:
+            raise ValueError(f"obs_clip must be > 0 or null; got {self.obs_clip}")
         check_range("obs_feature_dim", self.obs_feature_dim, 1)
         check_choice("low_dim_mode", self.low_dim_mode, ["flatten", "per_step"])
         if not 0.0 < self.image_crop_ratio <= 1.0:

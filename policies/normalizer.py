@@ -10,6 +10,8 @@ Each key has a mode:
 Statistics are per dimension of the last axis ``D`` (arrays are ``[..., D]``). Dimensions whose
 range (or std) is below ``range_eps`` -- e.g. a coordinate that never moved in the demos -- are only
 centered (scale 1), so they neither divide by ~0 nor blow test-time noise up into huge inputs.
+Normalized low-dim observations (``obs/*`` keys with statistics) are clipped to ``+-obs_clip``:
+a dimension with a small but nonzero range is otherwise amplified without bound outside it.
 
 Keys are named like :class:`rewind.store.windows.ReplayBuffer` arrays: ``"action"`` and
 ``"obs/<key>"``, so ``normalizer.fit(buffer.data)`` works directly.
@@ -42,16 +44,20 @@ class Normalizer(nn.Module):
         specs: key (``"action"`` or ``"obs/<key>"``) -> ``(dim, mode)``; ``dim`` is ``D``, the size
             of the last axis (ignored for ``"image"``).
         range_eps: floor below which a dimension's range/std counts as constant.
+        obs_clip: bound of normalized ``obs/*`` values (``None``: unbounded); actions are never clipped.
 
     The statistics live in buffers (``stats.<key>.loc`` / ``.scale``) plus a ``fitted`` flag, so they
     are saved and loaded with the model's ``state_dict``. Normalizing with an unfitted normalizer
     raises, as it almost always means :meth:`fit` was forgotten.
     """
 
-    def __init__(self, specs: Mapping[str, tuple[int, str]], range_eps: float = 1e-4) -> None:
+    def __init__(
+        self, specs: Mapping[str, tuple[int, str]], range_eps: float = 1e-4, obs_clip: float | None = None
+    ) -> None:
         super().__init__()
         self.modes: dict[str, str] = {}
         self.range_eps = float(range_eps)
+        self.obs_clip = None if obs_clip is None else float(obs_clip)
         self.stats = nn.ModuleDict()
         for key, (dim, mode) in specs.items():
             if mode not in NORM_MODES:
@@ -105,7 +111,10 @@ class Normalizer(nn.Module):
         if mode == "identity":
             return x.float()
         s = self.stats[key]
-        return (x.float() - s.loc) / s.scale
+        y = (x.float() - s.loc) / s.scale
+        if self.obs_clip is not None and key.startswith("obs/"):
+            y = y.clamp(-self.obs_clip, self.obs_clip)
+        return y
 
     def unnormalize(self, key: str, y: torch.Tensor) -> torch.Tensor:
         """Network units -> env units, ``[..., D]`` (inverse of :meth:`normalize`)."""

@@ -80,7 +80,7 @@ class FeatureExtractor:
                 affine.append((k, st.loc.detach().numpy().copy(), st.scale.detach().numpy().copy()))
             else:
                 return None
-        return {"affine": affine, "layers": layers}
+        return {"affine": affine, "layers": layers, "clip": norm.obs_clip}
 
     def reset(self) -> None:
         """Forget the window (episode start, rewind)."""
@@ -92,10 +92,14 @@ class FeatureExtractor:
         if f is None:
             self._hist.append(obs)
             return
-        parts = []
+        parts, clip = [], f["clip"]
         for k, loc, scale in f["affine"]:
             v = np.asarray(obs[k], dtype=np.float32).ravel()
-            parts.append(v if loc is None else (v - loc) / scale)
+            if loc is not None:
+                v = (v - loc) / scale
+                if clip is not None:
+                    v = np.clip(v, -clip, clip)
+            parts.append(v)
         self._hist.append(np.concatenate(parts))
 
     def features(self) -> np.ndarray:

@@ -147,3 +147,7 @@ def test_feature_extractor_matches_policy_encode(parts) -> None:
     fe.push(obs)
     loaded.policy.select_action({k: torch.as_tensor(obs[k][None]).float() for k in loaded.policy.used_obs_keys})
     np.testing.assert_allclose(fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5)
+    far = {k: v + 50.0 for k, v in obs.items()}  # far outside the demo range: the clipped inputs must agree
+    fe.push(far)
+    loaded.policy.select_action({k: torch.as_tensor(far[k][None]).float() for k in loaded.policy.used_obs_keys})
+    np.testing.assert_allclose(fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5)

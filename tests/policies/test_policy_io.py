@@ -121,6 +121,34 @@ def test_normalizer_round_trip_and_constant_dims(mode: str) -> None:
     assert torch.equal(restored.normalize("action", x), y)
 
 
+def test_normalizer_clips_observations_not_actions() -> None:
+    """A dimension with a tiny demo range (an upright cube's quaternion) must not become a huge input
+    outside it; actions keep their exact inverse."""
+    rng = np.random.default_rng(1)
+    data = rng.uniform(-1, 1, size=(200, 3))
+    data[:, 1] = rng.uniform(0.999, 1.001, size=200)  # tiny but nonzero range
+    specs = {"obs/q": (3, "min_max"), "action": (3, "min_max")}
+    clipped = Normalizer(specs, obs_clip=5.0).fit({"obs/q": data, "action": data})
+    free = Normalizer(specs).fit({"obs/q": data, "action": data})
+    x = torch.tensor([[0.5, 0.97, -3.0]])  # 0.03 off on the tiny-range dim: about 30 range units
+    assert free.normalize("obs/q", x).abs().max() > 20
+    y = clipped.normalize("obs/q", x)
+    assert y.abs().max() == pytest.approx(5.0)
+    assert torch.allclose(y[0, 0], free.normalize("obs/q", x)[0, 0])  # in-range values untouched
+    assert clipped.normalize("action", x).abs().max() > 20
+    assert torch.allclose(clipped.unnormalize("action", clipped.normalize("action", x)), x, atol=1e-5)
+    inside = torch.as_tensor(data, dtype=torch.float32)
+    assert torch.equal(clipped.normalize("obs/q", inside), free.normalize("obs/q", inside))
+
+
+def test_policy_config_rejects_bad_obs_clip() -> None:
+    from rewind.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+    with pytest.raises(ValueError, match="obs_clip must be > 0 or null; got 0"):
+        DiffusionConfig(obs_clip=0)
+    assert DiffusionConfig(obs_clip=None).obs_clip is None
+
+
 def test_normalizer_images_and_errors() -> None:
     norm = Normalizer({"obs/rgb": (0, "image"), "action": (2, "min_max")})
     img = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8)
