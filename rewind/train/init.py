@@ -45,6 +45,17 @@ def _diff(saved: Any, now: Any, prefix: str = "") -> list[str]:
     return [] if saved == now else [prefix.rstrip(".")]
 
 
+def _with_defaults(name: str, saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the defaults of config fields added after those weights were saved (what loading
+    them gives), so an older ``config.json`` compares equal to today's defaults."""
+    from rewind.policies.registry import make_config
+
+    try:
+        return json.loads(json.dumps(dataclasses.asdict(make_config(name, saved))))
+    except (TypeError, ValueError):
+        return saved
+
+
 def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
     """The weights' ``config.json`` after checking that ``name``/``config`` equal what was saved.
 
@@ -62,7 +73,7 @@ def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
             f"init.from_weights: {folder} holds '{meta['policy_type']}' weights; policy.name={name}"
         )
     now = json.loads(json.dumps(dataclasses.asdict(config)))
-    changed = _diff(meta["config"], now)
+    changed = _diff(_with_defaults(name, meta["config"]), now)
     if changed:
         shown = ", ".join(f"policy.{k}" for k in changed[:6])
         raise ConfigError(

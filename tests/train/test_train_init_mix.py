@@ -95,6 +95,25 @@ def test_init_lineage_in_the_saved_weights(tmp_path: Path, stores: dict[str, Pat
     ]
 
 
+def test_init_accepts_weights_saved_before_a_config_field_existed(tmp_path: Path, stores: dict[str, Path]) -> None:
+    """An older ``config.json`` lacks fields added since (here ``obs_clip``); loading it gives their
+    defaults, so it equals today's default config, and a non-default value is still refused."""
+    import json
+    import shutil
+
+    old = tmp_path / "old_weights"
+    shutil.copytree(stores["parent"] / "weights" / "step_000010", old)
+    meta = json.loads((old / "config.json").read_text())
+    del meta["config"]["obs_clip"]
+    (old / "config.json").write_text(json.dumps(meta))
+    t = _trainer(tmp_path / "ft", stores["b"], init={"from_weights": str(old)})
+    assert t.init_info["init_from"] == str(old)
+    cfg = train_config(tmp_path / "x", stores["b"], train=SHORT, init={"from_weights": str(old)})
+    cfg.policy["obs_clip"] = 2.0
+    with pytest.raises(ConfigError, match=r"differs from the weights' in policy.obs_clip"):
+        Trainer(cfg)
+
+
 def test_init_refuses_another_policy_config(tmp_path: Path, stores: dict[str, Path]) -> None:
     cfg = train_config(tmp_path / "x", stores["b"], train=SHORT, init={"from_weights": str(stores["parent"])})
     cfg.policy["down_dims"] = [8, 16]
