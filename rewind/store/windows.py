@@ -99,6 +99,9 @@ class WindowSampler:
         weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["weight"]``;
             ``"sample"``: sample windows with probability proportional to weight, return weight 1.
         seed: seed of the sampler's own ``np.random.Generator``.
+        mask_zero_weight: also mark the actions of steps whose label weighs 0 as not valid in
+            ``action_mask`` (as padding is): a window anchored on a correction then supervises only
+            the correction's actions, not the policy's own actions just before or after it.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class WindowSampler:
         source_weights: Mapping[str, float] | None = None,
         weight_mode: Literal["loss", "sample"] = "loss",
         seed: int | None = 0,
+        mask_zero_weight: bool = False,
     ) -> None:
         if n_obs_steps < 1 or horizon < n_obs_steps:
             raise StoreError(f"horizon: need 1 <= n_obs_steps <= horizon, got {n_obs_steps}, {horizon}")
@@ -123,6 +127,7 @@ class WindowSampler:
         if self.pad_before < 0 or self.pad_after < 0:
             raise StoreError(f"pad_before/pad_after: must be >= 0, got {self.pad_before}, {self.pad_after}")
         self.weight_mode = weight_mode
+        self.mask_zero_weight = bool(mask_zero_weight)
         self.rng = np.random.default_rng(seed)
         self._build_index()
         self._build_weights(source_weights or {})
@@ -191,11 +196,15 @@ class WindowSampler:
             weight = np.ones(len(w), np.float32)
         else:
             weight = self.window_weights[w].astype(np.float32)
+        source = data["source"][act_idx_c]
+        mask = (act_idx >= b) & (act_idx <= last)
+        if self.mask_zero_weight:
+            mask &= self.source_weight_table[source] > 0
         return {
             "obs": obs,
             "action": data["action"][act_idx_c],
-            "source": data["source"][act_idx_c],
-            "action_mask": (act_idx >= b) & (act_idx <= last),
+            "source": source,
+            "action_mask": mask,
             "weight": weight,
             "episode_id": self.window_episode_ids[w],
             "t": self.anchors[w] - self.ep_begin[w],

@@ -39,6 +39,9 @@ class DataConfig:
         source_weights: per-step source label -> weight (e.g. ``{recovery: 2.0, pre_intervention: 0}``);
             labels not listed weigh 1.
         weight_mode: ``loss`` (uniform windows, weighted loss) or ``sample`` (weighted sampling).
+        mask_zero_weight: exclude the action targets of steps whose label weighs 0 from the loss (a
+            window anchored on a correction then learns only the operator's actions, not the
+            policy's actions after the hand-back that share its chunk).
         val_batches: batches averaged for one validation loss.
     """
 
@@ -48,6 +51,7 @@ class DataConfig:
     val_fraction: float = 0.1
     source_weights: dict[str, float] = field(default_factory=dict)
     weight_mode: str = "loss"
+    mask_zero_weight: bool = False
     val_batches: int = 4
 
     def __post_init__(self) -> None:

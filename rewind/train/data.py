@@ -141,7 +141,8 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
         by_store[path] = {"train": train_ids, "val": val_ids}
     assert spec is not None
     sampler_seed, val_seed = np.random.SeedSequence([seed, 0xDA7A]).generate_state(2).tolist()
-    kwargs = {"n_obs_steps": n_obs_steps, "horizon": horizon, "source_weights": dict(cfg.source_weights)}
+    kwargs = {"n_obs_steps": n_obs_steps, "horizon": horizon, "source_weights": dict(cfg.source_weights),
+              "mask_zero_weight": cfg.mask_zero_weight}  # fmt: skip
     train: WindowSampler | MixedSampler
     if cfg.mix:
         subs = [

@@ -111,6 +111,17 @@ def test_sample_mode_draws_proportionally_to_weight() -> None:
     np.testing.assert_allclose(freq, expected / expected.sum(), atol=0.02)
 
 
+def test_mask_zero_weight_drops_only_zero_weight_action_targets() -> None:
+    buf = _buffer()
+    kw = {"source_weights": {"demo": 0.0, "recovery": 3.0}, "weight_mode": "sample"}
+    plain = WindowSampler(buf, 2, 8, **kw).get(np.arange(sum(LENGTHS)))
+    masked = WindowSampler(buf, 2, 8, mask_zero_weight=True, **kw).get(np.arange(sum(LENGTHS)))
+    zero = masked["source"] == SOURCE_CODES["demo"]
+    assert zero.any() and not masked["action_mask"][zero].any()
+    np.testing.assert_array_equal(masked["action_mask"][~zero], plain["action_mask"][~zero])
+    np.testing.assert_array_equal(masked["action"], plain["action"])
+
+
 def test_sampling_is_seeded() -> None:
     a = WindowSampler(_buffer(), seed=7).sample(64)
     b = WindowSampler(_buffer(), seed=7).sample(64)
