@@ -55,6 +55,22 @@ def _changed(saved: Any, now: Any, prefix: str = "") -> list[str]:
     return [] if saved == now else [prefix.rstrip(".")]
 
 
+def _with_policy_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the base policy's config fields added since it was written set to their defaults
+    (what loading that policy gives), so a loop started by an older version still resumes."""
+    from rewind.policies.registry import make_config
+
+    saved = json.loads(json.dumps(saved))
+    node = (saved.get("base") or {}).get("policy")
+    if isinstance(node, dict) and "name" in node:
+        try:
+            fields = dataclasses.asdict(make_config(node["name"], {k: v for k, v in node.items() if k != "name"}))
+        except (KeyError, TypeError, ValueError):
+            return saved
+        saved["base"]["policy"] = {"name": node["name"], **json.loads(json.dumps(fields, default=to_jsonable))}
+    return saved
+
+
 def check_identity(out: Path, cfg: Any) -> bool:
     """Write ``loop.json`` on a first start; on a restart refuse a config that differs in a key other
     than :data:`RESUMABLE`. Returns ``True`` when the loop resumes."""
@@ -64,7 +80,7 @@ def check_identity(out: Path, cfg: Any) -> bool:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, now)
         return False
-    changed = _changed(json.loads(path.read_text()), now)
+    changed = _changed(_with_policy_defaults(json.loads(path.read_text())), _with_policy_defaults(now))
     if changed:
         raise ConfigError(
             f"out_dir {out} holds a loop started with other settings ({', '.join(changed[:6])}); only "

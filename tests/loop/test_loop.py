@@ -9,8 +9,8 @@ import pytest
 from _loop_helpers import loop_config, loop_node
 from _train_helpers import run_cli
 
-from rewind.config import ConfigError
-from rewind.loop import run_loop
+from rewind.config import ConfigError, to_dataclass
+from rewind.loop import LoopConfig, run_loop
 from rewind.loop.lineage import RECORD, round_dir
 from rewind.store import ReplayStore
 
@@ -138,3 +138,28 @@ def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, ti
     cfg = loop_config(tmp_path / "o", tiny_base, eval={"episodes": 2, "num_envs": 2})
     ev = stages.evaluate(cfg, weights, tmp_path / "new" / "eval_rewind", str(cal))
     assert ev["episodes"] == 2 and ev["monitor"]["rewinds"] >= 2
+
+
+def test_a_loop_started_before_a_policy_field_existed_still_resumes(tmp_path: Path) -> None:
+    """``loop.json`` written before ``obs_clip`` existed lacks it; loading that policy gives the default,
+    so the loop resumes; a real change of a policy setting is still refused."""
+    from _train_helpers import TINY_POLICIES
+
+    from rewind.loop.lineage import IDENTITY, check_identity
+
+    out = tmp_path / "loop"
+    policy = {"name": "diffusion", **TINY_POLICIES["diffusion"], "obs_clip": 5.0}
+    cfg = _with_policy(out, policy)
+    assert check_identity(out, cfg) is False
+    saved = json.loads((out / IDENTITY).read_text())
+    del saved["base"]["policy"]["obs_clip"]
+    (out / IDENTITY).write_text(json.dumps(saved))
+    assert check_identity(out, cfg) is True
+    with pytest.raises(ConfigError, match=r"base\.policy\.obs_clip"):
+        check_identity(out, _with_policy(out, {**policy, "obs_clip": 2.0}))
+
+
+def _with_policy(out: Path, policy: dict) -> LoopConfig:
+    node = loop_node(out)
+    node["base"]["policy"] = policy
+    return to_dataclass(node, LoopConfig)
