@@ -245,7 +245,11 @@ def _with_control(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
     out.write_text(json.dumps(results, indent=2))
-    plot(points, task, out.with_name(f"{out.stem}_{task}.png"))
+    plot(
+        points,
+        task,
+        out.with_suffix(".png") if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}.png"),
+    )
 
 
 if __name__ == "__main__":
