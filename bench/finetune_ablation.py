@@ -1,0 +1,105 @@
+"""Why fine-tuning on Stack3's intervention data lowers success: one loop round's data, several recipes.
+
+Each variant is the loop's fine-tuning step run by hand (``rewind-train init.from_weights=BASE`` on the
+demos plus one round's store, 600 steps, batch 64) with one setting changed, then ``rewind-eval`` on
+the loop's 100 evaluation seeds. The default round store is round 1 of the HG-DAgger loop of
+``bench/loop_experiment.py``; the base is its 100-demo Stack3 policy.
+
+    MUJOCO_GL=osmesa .venv/bin/python bench/finetune_ablation.py --out bench/results/finetune_ablation_stack3.json
+
+Runs are reused when their ``summary.json`` exists. Output: JSON rows and a Markdown table (``--out``
+with ``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
+
+ROOT = "runs/loop_experiment/stack3"
+#: name -> (what it changes, extra rewind-train overrides, the round store or None for the default).
+VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
+    "as_loop": ("the loop's recipe: 20% demos, 80% intervention segments (correction only)", [], None),
+    "control": ("demos only (the loop's control arm)", ["data.extra_paths=[]"], None),
+    "new_demos": ("20% demos, 80% the 200-demo store (100 more demos) instead of the round",
+                  [], f"{ROOT}/demos_200/store"),
+    "demo_share_50": ("50% demos", ["data.mix=[0.5,0.5]"], None),
+    "lr_1e-4": ("learning rate 1e-4 instead of 3e-4", ["train.lr=1e-4"], None),
+    "all_labels": ("every label weight 1 (the policy's own steps too)",
+                   ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"], None),
+    "mask_zero_weight": ("only the operator's actions supervised (data.mask_zero_weight)",
+                         ["data.mask_zero_weight=true"], None),
+    "obs_clip_1.5": ("observations clipped at 1.5 instead of 5", ["policy.obs_clip=1.5"], None),
+}  # fmt: skip
+
+
+def _weights_with_clip(base: Path, clip: float, folder: Path) -> Path:
+    """A copy of ``base``'s weights whose config says ``obs_clip=clip`` (the tensors are unchanged), so
+    ``init.from_weights`` accepts a run with that setting."""
+    if not folder.exists():
+        shutil.copytree(base, folder)
+        meta = json.loads((folder / "config.json").read_text())
+        meta["config"]["obs_clip"] = clip
+        (folder / "config.json").write_text(json.dumps(meta, indent=2))
+    return folder
+
+
+def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    """Fine-tune and evaluate one variant; its result row."""
+    what, extra, store = VARIANTS[name]
+    out = Path(a.root) / name
+    weights = Path(a.base_weights)
+    if name == "obs_clip_1.5":
+        weights = _weights_with_clip(weights, 1.5, Path(a.root) / "weights_obs_clip_1.5")
+    ov = {"env": "stack3", "data.path": a.demos, "data.extra_paths": f"[{store or a.round_store}]",
+          "data.mix": "[0.2,0.8]", "data.val_fraction": "0", "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
+          "data.weight_mode": "sample", "init.from_weights": str(weights), "seed": "1", "train.steps": "600",
+          "train.batch_size": "64", "train.lr": "3e-4", "train.warmup_steps": "50", "train.save_every": "600",
+          "train.val_every": "0", "num_threads": "2", "device": "cpu", "wandb.mode": "disabled", "progress": "false",
+          "out_dir": str(out / "train")}  # fmt: skip
+    for item in extra:
+        key, _, value = item.partition("=")
+        ov[key] = value
+    if ov["data.extra_paths"] == "[]":
+        del ov["data.mix"]
+    cmd = [rewind_bin("rewind-train"), *(f"{k}={v}" for k, v in ov.items())]
+    run_once(cmd, out / "train")
+    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={out / 'train'}", "env=stack3", "episodes=100",
+                   "seed=10000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
+                   f"out_dir={out / 'eval'}"], out / "eval")  # fmt: skip
+    assert ev is not None
+    return {"variant": name, "changes": what, "success": ev["success_rate"], "ci95": ev["success_ci95"],
+            "stages": ev.get("max_stage_histogram")}  # fmt: skip
+
+
+def main() -> None:
+    """Run every variant (or ``--variants``) and write the JSON and Markdown table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default="runs/finetune_ablation")
+    ap.add_argument("--demos", default=f"{ROOT}/demos_100/store")
+    ap.add_argument("--base-weights", default=f"{ROOT}/demos_100/train/weights/step_010000")
+    ap.add_argument("--round-store", default=f"{ROOT}/dagger_s0/round_01/collect/store")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--out", default="bench/results/finetune_ablation_stack3.json")
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    rows = [run_variant(name, a) for name in a.variants]
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"round_store": a.round_store, "base_weights": a.base_weights, "rows": rows}, indent=2)
+    )
+    lines = ["| variant | what changes | success (100 episodes) | 95% Wilson |", "|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
+              for r in rows]  # fmt: skip
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
