@@ -38,12 +38,12 @@ class PolicyConfig:
         image_keys: image keys (uint8 ``[H, W, C]`` per step); empty = no images.
         action_norm: normalization of actions, ``min_max`` (to ``[-1, 1]``) or ``mean_std``.
         obs_norm: normalization of low-dim observations, ``min_max`` or ``mean_std``.
-        obs_clip: normalized low-dim observations are clipped to ``[-obs_clip, obs_clip]`` (``None``:
-            no clipping), in training and at inference. A coordinate with a tiny but nonzero demo
-            range (a cube's quaternion while it stays upright) otherwise becomes a huge input once a
-            rollout leaves that range: up to 290 on Stack3 recovery data, which made fine-tuning on
-            it collapse the policy (docs/loop.md). In-range data (every demo with ``min_max``) is
-            unaffected.
+        obs_clip: normalized low-dim observations are clipped to ``[-obs_clip, obs_clip]``, in
+            training and at inference; ``None`` (default): no clipping. A coordinate with a tiny but
+            nonzero demo range (a cube's quaternion while it stays upright) otherwise becomes a huge
+            input once a rollout leaves that range (up to 290 on Stack3 recovery data). In-range data
+            (every demo with ``min_max``) is unaffected. Measured on Stack3 (docs/loop.md), clipping at
+            5 or 1.5 did not stop fine-tuning on recovery data from lowering success, so it is off.
         obs_feature_dim: ``F`` of the low-dim encoder MLP.
         low_dim_mode: ``flatten`` (MLP on the ``To`` steps concatenated) or ``per_step``.
         image_crop_ratio: random-crop side ratio while training (center crop at eval), in (0, 1].
@@ -66,7 +66,7 @@ class PolicyConfig:
     image_keys: list[str] = field(default_factory=list)
     action_norm: str = "min_max"
     obs_norm: str = "min_max"
-    obs_clip: float | None = 5.0
+    obs_clip: float | None = None
     obs_feature_dim: int = 256
     low_dim_mode: str = "flatten"
     image_crop_ratio: float = 0.9

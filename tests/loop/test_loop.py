@@ -148,7 +148,7 @@ def test_a_loop_started_before_a_policy_field_existed_still_resumes(tmp_path: Pa
     from rewind.loop.lineage import IDENTITY, check_identity
 
     out = tmp_path / "loop"
-    policy = {"name": "diffusion", **TINY_POLICIES["diffusion"], "obs_clip": 5.0}
+    policy = {"name": "diffusion", **TINY_POLICIES["diffusion"], "obs_clip": None}
     cfg = _with_policy(out, policy)
     assert check_identity(out, cfg) is False
     saved = json.loads((out / IDENTITY).read_text())

@@ -145,9 +145,25 @@ def test_feature_extractor_matches_policy_encode(parts) -> None:
     np.testing.assert_allclose(fe.features(), ref0, rtol=1e-4, atol=1e-5)  # window padded with the first obs
     obs, *_ = env.step(np.array([0.5, 0, 0, 0, 1], np.float32))
     fe.push(obs)
-    loaded.policy.select_action({k: torch.as_tensor(obs[k][None]).float() for k in loaded.policy.used_obs_keys})
+    loaded.policy.select_action(
+        {k: torch.as_tensor(obs[k][None]).float() for k in loaded.policy.used_obs_keys}
+    )
     np.testing.assert_allclose(fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5)
-    far = {k: v + 50.0 for k, v in obs.items()}  # far outside the demo range: the clipped inputs must agree
-    fe.push(far)
-    loaded.policy.select_action({k: torch.as_tensor(far[k][None]).float() for k in loaded.policy.used_obs_keys})
-    np.testing.assert_allclose(fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5)
+    far = {k: v + 50.0 for k, v in obs.items()}  # far outside the demo range
+    norm = loaded.policy.normalizer
+    try:
+        for clip in (None, 5.0):  # unclipped and clipped inputs must agree too
+            norm.obs_clip = clip
+            fe = FeatureExtractor(loaded.policy)
+            fe.push(obs)
+            fe.push(far)
+            loaded.policy.reset()
+            for o in (obs, far):
+                loaded.policy.select_action(
+                    {k: torch.as_tensor(o[k][None]).float() for k in loaded.policy.used_obs_keys}
+                )
+            np.testing.assert_allclose(
+                fe.features(), policy_features(loaded.policy)[0].numpy(), rtol=1e-4, atol=1e-5
+            )
+    finally:
+        norm.obs_clip = None
