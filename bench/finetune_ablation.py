@@ -35,7 +35,10 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
                    ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"], None),
     "mask_zero_weight": ("only the operator's actions supervised (data.mask_zero_weight)",
                          ["data.mask_zero_weight=true"], None),
-    "obs_clip_1.5": ("observations clipped at 1.5 instead of 5", ["policy.obs_clip=1.5"], None),
+    "obs_clip_5": ("observations clipped at 5 (policy.obs_clip)", ["policy.obs_clip=5.0"], None),
+    "obs_clip_1.5": ("observations clipped at 1.5", ["policy.obs_clip=1.5"], None),
+    "own_successes": ("80% the base policy's own successful rollouts (plain rewind-eval, seeds 50000..) instead",
+                      ["+data.source_weights={policy: 1.0}"], "OWN"),
 }  # fmt: skip
 
 
@@ -50,13 +53,39 @@ def _weights_with_clip(base: Path, clip: float, folder: Path) -> Path:
     return folder
 
 
+def own_successes(a: argparse.Namespace) -> str:
+    """A store of the base policy's successful plain rollouts: ``rewind-eval store_out=...`` on 100 seeds,
+    the successful episodes copied into their own store."""
+    from rewind.store import ReplayStore
+
+    root = Path(a.root)
+    run_once([rewind_bin("rewind-eval"), f"policy_path={Path(a.base_weights).parent.parent}", "env=stack3",
+              "episodes=100", "seed=50000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
+              f"store_out={root / 'own_rollouts'}", f"out_dir={root / 'own_rollouts_eval'}"],
+             root / "own_rollouts_eval")  # fmt: skip
+    out = root / "own_successes"
+    if not out.exists():
+        tmp = root / "own_successes.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with ReplayStore.open(root / "own_rollouts") as src, ReplayStore.create(tmp, src.spec) as dst:
+            for info in src.episodes(success=True):
+                ep = src.load(info.id)
+                dst.add_episode(ep.obs, ep.actions, ep.states, ep.source_names,
+                                meta={"seed": info.seed, "success": True})  # fmt: skip
+        tmp.rename(out)
+    return str(out)
+
+
 def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune and evaluate one variant; its result row."""
     what, extra, store = VARIANTS[name]
     out = Path(a.root) / name
     weights = Path(a.base_weights)
-    if name == "obs_clip_1.5":
-        weights = _weights_with_clip(weights, 1.5, Path(a.root) / "weights_obs_clip_1.5")
+    if name.startswith("obs_clip_"):
+        clip = float(name.removeprefix("obs_clip_"))
+        weights = _weights_with_clip(weights, clip, Path(a.root) / f"weights_{name}")
+    if store == "OWN":
+        store = own_successes(a)
     ov = {"env": "stack3", "data.path": a.demos, "data.extra_paths": f"[{store or a.round_store}]",
           "data.mix": "[0.2,0.8]", "data.val_fraction": "0", "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
           "data.weight_mode": "sample", "init.from_weights": str(weights), "seed": "1", "train.steps": "600",
