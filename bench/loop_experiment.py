@@ -243,8 +243,34 @@ def _with_control(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return points
 
 
+def table(points: list[dict[str, Any]]) -> str:
+    """The points as a Markdown table (one row per method, seed and round; the base once per seed)."""
+    names = {"demos": "(a) more demos", **METHODS}
+    rows = ["| method | seed | round | operator steps | success (95% Wilson) | + test-time rewind | control |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    seen = set()
+    for p in sorted(
+        points, key=lambda p: (list(names).index(p["method"]), p["seed"], p["round"], p["operator_steps"])
+    ):
+        if p["method"] != "demos" and p["round"] == 0:
+            if p["seed"] in seen:
+                continue
+            seen.add(p["seed"])
+            label = "base (round 0 of every loop)"
+        else:
+            label = f"(a) {p['demos']} demos" if p["method"] == "demos" else names[p["method"]]
+        lo, hi = p["ci95"]
+        rw = "" if p.get("success_with_rewind") is None else f"{p['success_with_rewind']:.0%}"
+        ctrl = "" if p.get("control_success") is None else f"{p['control_success']:.0%}"
+        rows.append(f"| {label} | {p['seed']} | {p['round']} | {p['operator_steps']:,} | "
+                    f"{p['success']:.0%} [{lo:.2f}, {hi:.2f}] | {rw} | {ctrl} |")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
     out.write_text(json.dumps(results, indent=2))
+    md = out.with_suffix(".md") if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}.md")
+    md.write_text(table(points))
     plot(
         points,
         task,
