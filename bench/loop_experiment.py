@@ -3,7 +3,7 @@ test-time rewind on top of each trained policy.
 
 Per task it runs committed commands, exactly as a user would, each into its own folder under ``--root``:
 
-    rewind-collect env=TASK episodes=N seed=0 out=ROOT/TASK/demos_N/store          (a) N in --demos
+    rewind-collect env=TASK episodes=N seed=0 out=ROOT/TASK/demos_N/store          (a) N in TASKS
     rewind-train   env=TASK data.path=... train.steps=S ... out_dir=ROOT/TASK/demos_N/train
     rewind-calibrate / rewind-eval [monitor=tide rewind=restore]                   (a) and (e)
     rewind-loop    env=TASK base.policy_path=ROOT/TASK/demos_BASE/train recovery=dagger|operator|guided
@@ -15,7 +15,13 @@ round granularity), so an interrupted experiment continues where it stopped. Res
 one point per (method, seed, round) with operator steps, success and its 95% Wilson interval, and the
 success with test-time rewind) and one plot per task next to it.
 
-    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks pick_place stack3 --seeds 0 1
+    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks pick_place --seeds 0 1 \
+        --out bench/results/loop_experiment_pick_place.json
+    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks stack3 --methods operator dagger guided \
+        --adopt stack3:100=runs/base_policies/stack3_d100_s10000 --out bench/results/loop_experiment_stack3.json
+
+(the exact commands behind docs/loop.md). ``--parts demos`` / ``--parts loops`` run (a) or the loops
+alone, e.g. in two processes with one thread each.
 """
 
 from __future__ import annotations
@@ -188,7 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--adopt", nargs="*", default=[], help="TASK:N=FOLDER: reuse a base_policies run as (a)'s N"
     )
-    ap.add_argument("--out", default="bench/results/loop_experiment.json")
+    ap.add_argument(
+        "--out", default="bench/results/loop_experiment.json", help="NAME_TASK.json: one task's files"
+    )
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     os.environ.setdefault("MUJOCO_GL", "osmesa")
