@@ -30,6 +30,8 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "new_demos": ("20% demos, 80% the 200-demo store (100 more demos) instead of the round",
                   [], f"{ROOT}/demos_200/store"),
     "demo_share_50": ("50% demos", ["data.mix=[0.5,0.5]"], None),
+    "demo_share_80": ("80% demos", ["data.mix=[0.8,0.2]"], None),
+    "demo_share_95": ("95% demos", ["data.mix=[0.95,0.05]"], None),
     "lr_1e-4": ("learning rate 1e-4 instead of 3e-4", ["train.lr=1e-4"], None),
     "all_labels": ("every label weight 1 (the policy's own steps too)",
                    ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"], None),
