@@ -105,6 +105,19 @@ def make_config(name: str, config: Mapping[str, Any] | Any | None = None) -> Any
     return config_cls(**dict(config))
 
 
+def config_with_defaults(name: str, saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config of policy ``name`` (JSON fields) as loading it gives: fields added since it was
+    saved take their defaults, so an older ``config.json`` or ``loop.json`` compares equal to today's
+    defaults. Returned as JSON (``as_json``); unchanged when it does not build (the comparison that
+    follows then names what differs)."""
+    from rewind.utils.io import as_json
+
+    try:
+        return as_json(dataclasses.asdict(make_config(name, saved)))
+    except (KeyError, TypeError, ValueError):
+        return as_json(dict(saved))
+
+
 def make_policy(
     name: str, config: Mapping[str, Any] | Any | None, shape_meta: Mapping[str, Any]
 ) -> ActionChunkPolicy:

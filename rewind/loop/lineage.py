@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.config import ConfigError
-from rewind.utils.io import atomic_write_json, to_jsonable
+from rewind.utils.io import as_json, atomic_write_json, changed_keys
 
 log = logging.getLogger(__name__)
 
@@ -41,34 +41,20 @@ def round_dir(out: Path, r: int) -> Path:
 
 def identity(cfg: Any) -> dict[str, Any]:
     """The part of the loop config a resumed loop must share (JSON-normalised)."""
-    full = json.loads(json.dumps(dataclasses.asdict(cfg), default=to_jsonable))
+    full = as_json(dataclasses.asdict(cfg))
     return {k: v for k, v in full.items() if k not in RESUMABLE}
 
 
-def _changed(saved: Any, now: Any, prefix: str = "") -> list[str]:
-    if isinstance(saved, dict) and isinstance(now, dict):
-        return [
-            c
-            for k in sorted(set(saved) | set(now))
-            for c in _changed(saved.get(k), now.get(k), f"{prefix}{k}.")
-        ]
-    return [] if saved == now else [prefix.rstrip(".")]
+def _with_policy_defaults(identity: dict[str, Any]) -> dict[str, Any]:
+    """``identity`` with its base policy config as loading it gives (fields added since it was written
+    at their defaults), so a loop started by an older version still resumes."""
+    from rewind.policies.registry import config_with_defaults
 
-
-def _with_policy_defaults(saved: dict[str, Any]) -> dict[str, Any]:
-    """``saved`` with the base policy's config fields added since it was written set to their defaults
-    (what loading that policy gives), so a loop started by an older version still resumes."""
-    from rewind.policies.registry import make_config
-
-    saved = json.loads(json.dumps(saved))
-    node = (saved.get("base") or {}).get("policy")
-    if isinstance(node, dict) and "name" in node:
-        try:
-            fields = dataclasses.asdict(make_config(node["name"], {k: v for k, v in node.items() if k != "name"}))
-        except (KeyError, TypeError, ValueError):
-            return saved
-        saved["base"]["policy"] = {"name": node["name"], **json.loads(json.dumps(fields, default=to_jsonable))}
-    return saved
+    node = (identity.get("base") or {}).get("policy")
+    if not (isinstance(node, dict) and "name" in node):
+        return identity
+    fields = config_with_defaults(node["name"], {k: v for k, v in node.items() if k != "name"})
+    return {**identity, "base": {**identity["base"], "policy": {"name": node["name"], **fields}}}
 
 
 def check_identity(out: Path, cfg: Any) -> bool:
@@ -80,7 +66,7 @@ def check_identity(out: Path, cfg: Any) -> bool:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, now)
         return False
-    changed = _changed(_with_policy_defaults(json.loads(path.read_text())), _with_policy_defaults(now))
+    changed = changed_keys(_with_policy_defaults(json.loads(path.read_text())), _with_policy_defaults(now))
     if changed:
         raise ConfigError(
             f"out_dir {out} holds a loop started with other settings ({', '.join(changed[:6])}); only "

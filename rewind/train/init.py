@@ -9,7 +9,6 @@ to the new data is the trainer's choice (``init.normalizer``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from rewind.config import ConfigError
 from rewind.policies.base import ActionChunkPolicy
 from rewind.train.config import InitConfig
 from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
+from rewind.utils.io import as_json, changed_keys
 
 #: Prefix of the normalizer's entries in a policy ``state_dict``.
 NORMALIZER_PREFIX = "normalizer."
@@ -37,25 +37,6 @@ def resolve_weights_folder(path: str | Path) -> Path:
     return p
 
 
-def _diff(saved: Any, now: Any, prefix: str = "") -> list[str]:
-    if isinstance(saved, dict) and isinstance(now, dict):
-        return [
-            d for k in sorted(set(saved) | set(now)) for d in _diff(saved.get(k), now.get(k), f"{prefix}{k}.")
-        ]
-    return [] if saved == now else [prefix.rstrip(".")]
-
-
-def _with_defaults(name: str, saved: dict[str, Any]) -> dict[str, Any]:
-    """``saved`` with the defaults of config fields added after those weights were saved (what loading
-    them gives), so an older ``config.json`` compares equal to today's defaults."""
-    from rewind.policies.registry import make_config
-
-    try:
-        return json.loads(json.dumps(dataclasses.asdict(make_config(name, saved))))
-    except (TypeError, ValueError):
-        return saved
-
-
 def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
     """The weights' ``config.json`` after checking that ``name``/``config`` equal what was saved.
 
@@ -63,6 +44,7 @@ def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
         ConfigError: unreadable weights, another policy, or config keys that differ (named).
     """
     from rewind.policies.io import PolicyWeightsError, read_policy_meta
+    from rewind.policies.registry import config_with_defaults
 
     try:
         meta = read_policy_meta(folder)
@@ -72,8 +54,7 @@ def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
         raise ConfigError(
             f"init.from_weights: {folder} holds '{meta['policy_type']}' weights; policy.name={name}"
         )
-    now = json.loads(json.dumps(dataclasses.asdict(config)))
-    changed = _diff(_with_defaults(name, meta["config"]), now)
+    changed = changed_keys(config_with_defaults(name, meta["config"]), as_json(dataclasses.asdict(config)))
     if changed:
         shown = ", ".join(f"policy.{k}" for k in changed[:6])
         raise ConfigError(

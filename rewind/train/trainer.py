@@ -36,6 +36,7 @@ from rewind.train.state import (
     step_name,
     write_pointer,
 )
+from rewind.utils.io import as_json, changed_keys
 from rewind.utils.run_info import git_revision
 from rewind.utils.seeding import torch_generator
 
@@ -136,7 +137,7 @@ class Trainer:
         if meta is None:
             log.info("resume: no training state in %s yet; starting at step 0", self.out_dir)
             return
-        changed = _changed_keys(meta["resume_signature"], _jsonable(resume_signature(self.cfg)))
+        changed = changed_keys(meta["resume_signature"], as_json(resume_signature(self.cfg)))
         if changed:
             raise ConfigError(
                 f"resume: config differs from the saved run in {', '.join(changed)} "
@@ -154,12 +155,12 @@ class Trainer:
         with atomic_dir(weights_root / name) as tmp, self._averaged() as model:
             policy_api.save_weights(model, tmp, self._weights_meta())
         write_pointer(weights_root, self.step)
-        meta = {"resume_signature": _jsonable(resume_signature(self.cfg)), "config": self._config_dict()}
+        meta = {"resume_signature": as_json(resume_signature(self.cfg)), "config": self._config_dict()}
         save_training_state(self.out_dir, self.step, self.training_state(), meta)
         log.info("saved policy weights %s", weights_root / name)
 
     def _config_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self.cfg))
+        return as_json(dataclasses.asdict(self.cfg))
 
     def _weights_meta(self) -> dict[str, Any]:
         sha, dirty = git_revision()
@@ -312,20 +313,3 @@ def check_fresh(out_dir: Path) -> None:
             f"out_dir {out_dir} already holds a training run; pass resume=true to continue it "
             "or choose another out_dir"
         )
-
-
-def _changed_keys(saved: Any, now: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two JSON-like trees."""
-    if isinstance(saved, dict) and isinstance(now, dict):
-        keys = sorted(set(saved) | set(now))
-        return [c for k in keys for c in _changed_keys(saved.get(k), now.get(k), f"{prefix}{k}.")]
-    return [] if saved == now else [prefix.rstrip(".")]
-
-
-def _jsonable(obj: Any) -> Any:
-    """``obj`` as it reads back from JSON (tuples -> lists), for comparisons with saved configs."""
-    import json
-
-    from rewind.utils.io import to_jsonable
-
-    return json.loads(json.dumps(obj, default=to_jsonable))

@@ -35,6 +35,19 @@ def to_jsonable(obj: Any) -> Any:
     raise TypeError(f"object of type {type(obj).__name__} is not JSON serializable")
 
 
+def as_json(obj: Any) -> Any:
+    """``obj`` as it reads back from JSON (tuples -> lists, numpy -> Python), for comparing with saved configs."""
+    return json.loads(json.dumps(obj, default=to_jsonable))
+
+
+def changed_keys(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like trees (a key missing on one side differs)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        keys = sorted(set(saved) | set(now))
+        return [c for k in keys for c in changed_keys(saved.get(k), now.get(k), f"{prefix}{k}.")]
+    return [] if saved == now else [prefix.rstrip(".")]
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path."""
     dest = Path(path)
