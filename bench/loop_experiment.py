@@ -62,9 +62,6 @@ TASKS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-_bin = rewind_bin
-
-
 def _setting(a: argparse.Namespace, task: str, name: str) -> int:
     """The command line's value of ``name`` if given, else the task's default."""
     value = getattr(a, name)
@@ -82,17 +79,17 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
     """(a): N scripted demos -> train from scratch -> evaluate, and (e) with test-time rewind."""
     base = root / task / f"demos_{n}"
     store = base / "store"
-    col = _run([_bin("rewind-collect"), f"env={task}", f"episodes={n}", "seed=0", f"out={store}",
+    col = _run([rewind_bin("rewind-collect"), f"env={task}", f"episodes={n}", "seed=0", f"out={store}",
                 f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
-    _run([_bin("rewind-train"), f"env={task}", f"data.path={store}", f"train.steps={steps}", *TASKS[task]["train"],
+    _run([rewind_bin("rewind-train"), f"env={task}", f"data.path={store}", f"train.steps={steps}", *TASKS[task]["train"],
           f"train.save_every={steps}", f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled",
           "progress=false", f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
-    _run([_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
+    _run([rewind_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
           f"episodes={_setting(a, task, 'cal_episodes')}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
-    ev = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
+    ev = _run([rewind_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
                f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip
-    evr = _run([_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
+    evr = _run([rewind_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
                 "monitor=tide", f"monitor.calibration={base / 'calibration'}", "rewind=restore",
                 f"out_dir={base / 'eval_rewind'}"], base / "eval_rewind")  # fmt: skip
     return {"method": "demos", "seed": 0, "round": 0, "demos": col["succeeded"],
@@ -107,7 +104,7 @@ def loop(
     fine-tuning on the demos alone) is identical for every method of a (task, seed), so only the first
     method's loop trains it (``control``)."""
     out = root / task / f"{method}_s{seed}"
-    s = _run([_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
+    s = _run([rewind_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
               f"control={str(control).lower()}",
               f"rounds={a.rounds}", f"episodes_per_round={_setting(a, task, 'per_round')}", f"seed={seed}",
               f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
@@ -275,15 +272,15 @@ def table(points: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _task_file(out: Path, task: str, suffix: str) -> Path:
+    """``out`` with ``suffix`` when its name already ends with ``task``, else ``<out stem>_<task><suffix>``."""
+    return out.with_suffix(suffix) if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}{suffix}")
+
+
 def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
     out.write_text(json.dumps(results, indent=2))
-    md = out.with_suffix(".md") if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}.md")
-    md.write_text(table(points))
-    plot(
-        points,
-        task,
-        out.with_suffix(".png") if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}.png"),
-    )
+    _task_file(out, task, ".md").write_text(table(points))
+    plot(points, task, _task_file(out, task, ".png"))
 
 
 if __name__ == "__main__":
