@@ -46,6 +46,7 @@ class LoopRecording(EpisodeRecording):
             self.steps.pop()
             self.labels.pop()
             n += 1
+        self.trim_segments()
         return n
 
 

@@ -8,8 +8,15 @@ episode cut short — a killed process, a closed browser — leaves the store as
 Labels follow the store vocabulary: ``policy`` for the policy's steps, ``recovery`` (a rewind driven
 back), ``correction`` (completing the stage), ``human`` (a person's free teleop), and
 ``pre_intervention`` for the last ``pre_intervention_steps`` policy steps before each intervention
-(Sirius). Steps undone by a ``restore`` rewind stay in the record: they were executed and are data;
-the episode's ``extra`` holds the event log so they can be told apart.
+(Sirius).
+
+**Segments.** A ``restore`` rewind jumps back in time: the steps after the rewind checkpoint were
+executed and then undone. They stay in the record (they are data, e.g. for failure analysis), in the
+order the env saw them, but the record is cut into *segments*, runs of physically continuous steps,
+and the undone steps form segments of their own. The episode's ``extra`` holds
+``segment_starts`` (record indices where a segment begins, the first is 0) and ``undone_segments``
+(indices into that list). Training windows never cross a segment boundary and skip undone segments
+unless asked to keep them (:meth:`rewind.store.windows.ReplayBuffer.from_store`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class EpisodeRecording:
         self.pre_intervention_steps = int(pre_intervention_steps)
         self.steps: list[StepResult] = []
         self.labels: list[str] = []
+        self.segment_starts: list[int] = []
+        self.undone_segments: list[int] = []
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -45,6 +54,7 @@ class EpisodeRecording:
         A step whose action was rejected (non-finite) is not data and is skipped."""
         if not np.isfinite(res.action).all():
             return
+        self._track_segments(res.step)
         if res.source in OPERATOR_SOURCES and (not self.labels or self.labels[-1] not in OPERATOR_SOURCES):
             for i in range(
                 len(self.labels) - 1, max(-1, len(self.labels) - 1 - self.pre_intervention_steps), -1
@@ -54,6 +64,36 @@ class EpisodeRecording:
                 self.labels[i] = "pre_intervention"
         self.steps.append(res)
         self.labels.append(res.source)
+
+    def _track_segments(self, step: int) -> None:
+        """Open a new segment when ``step`` does not follow the previous step (a ``restore`` rewind
+        went back to the state before ``step``); the previous segment's steps from ``step`` on were
+        undone and are split off into a segment of their own."""
+        if not self.steps:
+            self.segment_starts = [0]
+            return
+        prev = self.steps[-1].step
+        if step == prev + 1:
+            return
+        begin = self.segment_starts[-1]
+        first_step = self.steps[begin].step
+        if first_step < step <= prev:  # keep the prefix before the checkpoint as its own segment
+            self.segment_starts.append(begin + (step - first_step))
+        if step <= prev:
+            self.undone_segments.append(len(self.segment_starts) - 1)
+        self.segment_starts.append(len(self.steps))
+
+    def trim_segments(self) -> None:
+        """Forget segments that start past the last recorded step (after steps were removed)."""
+        n = len(self.steps)
+        self.segment_starts = [b for b in self.segment_starts if b < n] or ([0] if n else [])
+        self.undone_segments = [i for i in self.undone_segments if i < len(self.segment_starts)]
+
+    def segments_extra(self) -> dict[str, list[int]]:
+        """What :meth:`commit` adds to the episode's ``extra`` when the record has several segments."""
+        if len(self.segment_starts) <= 1:
+            return {}
+        return {"segment_starts": list(self.segment_starts), "undone_segments": list(self.undone_segments)}
 
     @property
     def operator_steps(self) -> int:
@@ -76,9 +116,10 @@ class EpisodeRecording:
         round: int = 0,
         extra: dict[str, Any] | None = None,
     ) -> EpisodeInfo:
-        """Write the episode (all steps, their labels) to ``store`` in one atomic commit."""
+        """Write the episode (all steps, their labels, its segments) to ``store`` in one atomic commit."""
+        extra = {**(extra or {}), **self.segments_extra()}
         with store.episode(seed=seed, policy_version=policy_version, round=round, success=bool(success),
-                           n_operator_steps=self.operator_steps, extra=extra or {}) as writer:  # fmt: skip
+                           n_operator_steps=self.operator_steps, extra=extra) as writer:  # fmt: skip
             for res, label in zip(self.steps, self.labels, strict=True):
                 writer.add(res.obs, res.action, res.state, label)
         assert writer.info is not None

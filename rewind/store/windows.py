@@ -10,24 +10,62 @@ A window is anchored at step ``t`` of an episode of length ``L``. With ``To = n_
 Indices outside ``[0, L-1]`` are clamped (the edge value is repeated) and flagged in
 ``action_mask``. Anchors are all ``t`` with ``-pad_before <= s`` and ``s + H - 1 <= L - 1 + pad_after``;
 the defaults ``pad_before = To - 1`` and ``pad_after = H - To`` give exactly one window per step.
+
+**Segments, not episodes, bound windows.** An episode recorded with ``restore`` rewinds holds runs of
+steps that are not continuous in time (:mod:`rewind.monitor.recording`); ``extra["segment_starts"]``
+cuts it into segments, and :meth:`ReplayBuffer.from_store` loads each segment as a unit of its own
+(``episode_ends`` are segment ends), so no window contains both sides of a rewind. Undone segments
+are left out unless ``undone="keep"``.
+
+**Label boundaries.** A window anchored on an intervention step (``recovery``, ``correction``,
+``human``) supervises only the actions of that intervention: the steps before and after its run of
+intervention labels (the policy's steps around the takeover, the policy acting after the hand-back)
+are masked out of ``action_mask``. A window anchored on any other label may cross into an
+intervention: the operator's actions are what should have followed (``label_boundaries="ignore"``
+turns the rule off).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from rewind.store.schema import SOURCES, EpisodeInfo, StoreError, source_code
 from rewind.store.store import ReplayStore
 
+#: Labels whose windows stop at the edges of their run of steps (see the module docstring).
+INTERVENTION_LABELS: tuple[str, ...] = ("recovery", "correction", "human")
+UNDONE_MODES = ("drop", "keep")
+LABEL_BOUNDARY_MODES = ("respect", "ignore")
+
+
+def episode_segments(length: int, extra: Mapping[str, Any], episode_id: int = -1) -> list[tuple[int, int, bool]]:
+    """``(begin, end, undone)`` of each segment of an episode of ``length`` steps, from its ``extra``
+    (one segment ``(0, length, False)`` when the episode has no ``segment_starts``)."""
+    starts = extra.get("segment_starts") or [0]
+    undone = set(extra.get("undone_segments") or [])
+    ok = (
+        isinstance(starts, list) and all(isinstance(b, int) for b in starts) and starts[0] == 0
+        and all(a < b for a, b in zip(starts, starts[1:], strict=False)) and starts[-1] < max(length, 1)
+        and all(isinstance(i, int) and 0 <= i < len(starts) for i in undone)
+    )  # fmt: skip
+    if not ok:
+        raise StoreError(
+            f"episode {episode_id}: extra.segment_starts/undone_segments are malformed for {length} steps: "
+            f"{extra.get('segment_starts')!r} / {extra.get('undone_segments')!r}"
+        )
+    ends = [*starts[1:], length]
+    return [(b, e, i in undone) for i, (b, e) in enumerate(zip(starts, ends, strict=True))]
+
 
 class ReplayBuffer:
     """Episodes concatenated in memory: ``data[name]`` is ``[N, ...]`` with ``N = episode_ends[-1]``.
 
     Names are ``obs/<key>``, ``action`` (``[N, Da]``), ``source`` (``[N]`` uint8 codes),
-    ``reward`` (``[N]``). ``episode_ends[i]`` is the exclusive end index of episode ``i``.
+    ``reward`` (``[N]``). ``episode_ends[i]`` is the exclusive end index of unit ``i``: an episode, or
+    a segment of one (``episode_ids[i]`` then repeats the episode's id for each of its segments).
     """
 
     def __init__(self, data: Mapping[str, np.ndarray], episode_ends: np.ndarray, episode_ids: Sequence[int]):
@@ -63,26 +101,34 @@ class ReplayBuffer:
         store: ReplayStore,
         episodes: Iterable[int | EpisodeInfo] | None = None,
         obs_keys: Sequence[str] | None = None,
+        undone: Literal["drop", "keep"] = "drop",
     ) -> ReplayBuffer:
-        """Load ``episodes`` (ids or infos; default: all committed) restricted to ``obs_keys``."""
+        """Load ``episodes`` (ids or infos; default: all committed) restricted to ``obs_keys``, one unit
+        per segment; segments undone by a ``restore`` rewind are dropped unless ``undone="keep"``."""
+        if undone not in UNDONE_MODES:
+            raise StoreError(f"undone: must be one of {list(UNDONE_MODES)}; got {undone!r}")
         chosen = store.episodes() if episodes is None else list(episodes)
         ids = [e.id if isinstance(e, EpisodeInfo) else int(e) for e in chosen]
         if not ids:
             raise StoreError("episodes: no episodes selected")
         keys = list(store.spec.obs) if obs_keys is None else list(obs_keys)
-        parts: dict[str, list[np.ndarray]] = {f"obs/{k}": [] for k in keys}
-        parts.update(action=[], source=[], reward=[])
-        lengths = []
+        names = [f"obs/{k}" for k in keys] + ["action", "source", "reward"]
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        lengths, unit_ids = [], []
         for eid in ids:
             ep = store.load(eid, obs_keys=keys)
-            for k in keys:
-                parts[f"obs/{k}"].append(ep.obs[k])
-            parts["action"].append(ep.actions)
-            parts["source"].append(ep.sources)
-            parts["reward"].append(ep.rewards)
-            lengths.append(len(ep.actions))
+            arrays = dict(zip(names, [*(ep.obs[k] for k in keys), ep.actions, ep.sources, ep.rewards], strict=True))
+            for b, e, is_undone in episode_segments(len(ep.actions), ep.info.extra, eid):
+                if is_undone and undone == "drop":
+                    continue
+                for name in names:
+                    parts[name].append(arrays[name][b:e])
+                lengths.append(e - b)
+                unit_ids.append(eid)
+        if not lengths:
+            raise StoreError("episodes: every selected step lies in an undone segment; nothing to train on")
         data = {name: np.concatenate(chunks) for name, chunks in parts.items()}
-        return cls(data, np.cumsum(lengths), ids)
+        return cls(data, np.cumsum(lengths), unit_ids)
 
 
 class WindowSampler:
@@ -102,6 +148,9 @@ class WindowSampler:
         mask_zero_weight: also mark the actions of steps whose label weighs 0 as not valid in
             ``action_mask`` (as padding is): a window anchored on a correction then supervises only
             the correction's actions, not the policy's own actions just before or after it.
+        label_boundaries: ``"respect"`` (default): a window anchored on an intervention label
+            supervises only its run of intervention steps (module docstring); ``"ignore"``: every
+            step of the window is a target.
     """
 
     def __init__(
@@ -115,6 +164,7 @@ class WindowSampler:
         weight_mode: Literal["loss", "sample"] = "loss",
         seed: int | None = 0,
         mask_zero_weight: bool = False,
+        label_boundaries: Literal["respect", "ignore"] = "respect",
     ) -> None:
         if n_obs_steps < 1 or horizon < n_obs_steps:
             raise StoreError(f"horizon: need 1 <= n_obs_steps <= horizon, got {n_obs_steps}, {horizon}")
@@ -128,6 +178,13 @@ class WindowSampler:
             raise StoreError(f"pad_before/pad_after: must be >= 0, got {self.pad_before}, {self.pad_after}")
         self.weight_mode = weight_mode
         self.mask_zero_weight = bool(mask_zero_weight)
+        if label_boundaries not in LABEL_BOUNDARY_MODES:
+            raise StoreError(
+                f"label_boundaries: must be one of {list(LABEL_BOUNDARY_MODES)}; got {label_boundaries!r}"
+            )
+        self.label_boundaries = label_boundaries
+        self._is_intervention = np.zeros(len(SOURCES), bool)
+        self._is_intervention[[source_code(lbl) for lbl in INTERVENTION_LABELS]] = True
         self.rng = np.random.default_rng(seed)
         self._build_index()
         self._build_weights(source_weights or {})
@@ -200,6 +257,8 @@ class WindowSampler:
         mask = (act_idx >= b) & (act_idx <= last)
         if self.mask_zero_weight:
             mask &= self.source_weight_table[source] > 0
+        if self.label_boundaries == "respect":
+            mask &= self._intervention_run(source)
         return {
             "obs": obs,
             "action": data["action"][act_idx_c],
@@ -209,3 +268,13 @@ class WindowSampler:
             "episode_id": self.window_episode_ids[w],
             "t": self.anchors[w] - self.ep_begin[w],
         }
+
+    def _intervention_run(self, source: np.ndarray) -> np.ndarray:
+        """``[B, H]`` bool: False on the steps outside the run of intervention labels around the
+        anchor (column ``To - 1``) of windows anchored on an intervention; True elsewhere."""
+        inter = self._is_intervention[source]
+        a = self.n_obs_steps - 1
+        run = np.zeros_like(inter)
+        run[:, a:] = np.logical_and.accumulate(inter[:, a:], axis=1)
+        run[:, : a + 1] = np.logical_and.accumulate(inter[:, a::-1], axis=1)[:, ::-1]
+        return run | ~inter[:, a : a + 1]

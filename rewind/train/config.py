@@ -16,6 +16,7 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, ConfigError, require, to_dataclass
 from rewind.envs.config import EnvConfig
+from rewind.store.windows import LABEL_BOUNDARY_MODES, UNDONE_MODES
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -42,6 +43,11 @@ class DataConfig:
         mask_zero_weight: exclude the action targets of steps whose label weighs 0 from the loss (a
             window anchored on a correction then learns only the operator's actions, not the
             policy's actions after the hand-back that share its chunk).
+        undone: steps undone by a ``restore`` rewind (segments of their own in the store):
+            ``drop`` (default) leaves them out of training, ``keep`` trains on them as well.
+        label_boundaries: ``respect`` (default): a window anchored on an intervention step
+            (recovery, correction, human) supervises only that intervention's actions, not the
+            policy's around it; ``ignore``: every step of the window is a target.
         val_batches: batches averaged for one validation loss.
     """
 
@@ -52,6 +58,8 @@ class DataConfig:
     source_weights: dict[str, float] = field(default_factory=dict)
     weight_mode: str = "loss"
     mask_zero_weight: bool = False
+    undone: str = "drop"
+    label_boundaries: str = "respect"
     val_batches: int = 4
 
     def __post_init__(self) -> None:
@@ -62,6 +70,9 @@ class DataConfig:
             self.weight_mode in WEIGHT_MODES,
             f"data.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
         )
+        for key, value, valid in (("undone", self.undone, UNDONE_MODES),
+                                  ("label_boundaries", self.label_boundaries, LABEL_BOUNDARY_MODES)):  # fmt: skip
+            require(value in valid, f"data.{key} must be one of [{', '.join(valid)}]; got '{value}'")
         require(self.val_batches >= 1, f"data.val_batches must be >= 1; got {self.val_batches}")
         n = 1 + len(self.extra_paths)
         require(
