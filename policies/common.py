@@ -88,7 +88,7 @@ class ObsConditionedPolicy(ActionChunkPolicy):
         specs = {"action": (meta["action_dim"], config.action_norm)}
         specs.update({f"obs/{k}": (dims[k], config.obs_norm) for k in self.obs_keys})
         specs.update({f"obs/{k}": (0, "image") for k in self.image_keys})
-        self.normalizer = Normalizer(specs, obs_clip=config.obs_clip)
+        self.normalizer = Normalizer(specs, obs_clip=config.obs_clip, obs_scale_floor=config.obs_scale_floor)
         self.obs_encoder = self._build_encoder(dims)
         self.feature_dim: int = self.obs_encoder.out_dim
         self._generators: dict[str, torch.Generator] = {}

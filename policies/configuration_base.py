@@ -44,6 +44,9 @@ class PolicyConfig:
             input once a rollout leaves that range (up to 290 on Stack3 recovery data). In-range data
             (every demo with ``min_max``) is unaffected. Measured on Stack3 (docs/loop.md), clipping at
             5 or 1.5 did not stop fine-tuning on recovery data from lowering success, so it is off.
+        obs_scale_floor: per low-dim observation key, the least normalization scale of a dimension as
+            a fraction of that key's largest (0: off; see :mod:`rewind.policies.normalizer`): a
+            quaternion's x/y that never moved in the demos then scale like its z/w.
         obs_feature_dim: ``F`` of the low-dim encoder MLP.
         low_dim_mode: ``flatten`` (MLP on the ``To`` steps concatenated) or ``per_step``.
         image_crop_ratio: random-crop side ratio while training (center crop at eval), in (0, 1].
@@ -67,6 +70,7 @@ class PolicyConfig:
     action_norm: str = "min_max"
     obs_norm: str = "min_max"
     obs_clip: float | None = None
+    obs_scale_floor: float = 0.0
     obs_feature_dim: int = 256
     low_dim_mode: str = "flatten"
     image_crop_ratio: float = 0.9
@@ -93,6 +97,8 @@ class PolicyConfig:
         check_choice("obs_norm", self.obs_norm, ["min_max", "mean_std"])
         if self.obs_clip is not None and not self.obs_clip > 0:
             raise ValueError(f"obs_clip must be > 0 or null; got {self.obs_clip}")
+        if not 0.0 <= self.obs_scale_floor <= 1.0:
+            raise ValueError(f"obs_scale_floor must be in [0, 1]; got {self.obs_scale_floor}")
         check_range("obs_feature_dim", self.obs_feature_dim, 1)
         check_choice("low_dim_mode", self.low_dim_mode, ["flatten", "per_step"])
         if not 0.0 < self.image_crop_ratio <= 1.0:

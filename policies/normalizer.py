@@ -13,6 +13,11 @@ centered (scale 1), so they neither divide by ~0 nor blow test-time noise up int
 Normalized low-dim observations (``obs/*`` keys with statistics) are clipped to ``+-obs_clip``:
 a dimension with a small but nonzero range is otherwise amplified without bound outside it.
 
+``obs_scale_floor`` treats the dimensions of one observation key as sharing physical units (a
+position in metres, a quaternion): no dimension's scale falls below ``obs_scale_floor`` times the
+key's largest scale. A cube quaternion whose x/y barely move in the demos (half-range 1e-4) is then
+scaled like its z/w, so a small tilt stays a small input instead of a value of 100 or more.
+
 Keys are named like :class:`rewind.store.windows.ReplayBuffer` arrays: ``"action"`` and
 ``"obs/<key>"``, so ``normalizer.fit(buffer.data)`` works directly.
 """
@@ -45,6 +50,8 @@ class Normalizer(nn.Module):
             of the last axis (ignored for ``"image"``).
         range_eps: floor below which a dimension's range/std counts as constant.
         obs_clip: bound of normalized ``obs/*`` values (``None``: unbounded); actions are never clipped.
+        obs_scale_floor: per ``obs/*`` key, the least scale of a dimension as a fraction of the key's
+            largest scale (0: off); actions are never floored.
 
     The statistics live in buffers (``stats.<key>.loc`` / ``.scale``) plus a ``fitted`` flag, so they
     are saved and loaded with the model's ``state_dict``. Normalizing with an unfitted normalizer
@@ -52,9 +59,16 @@ class Normalizer(nn.Module):
     """
 
     def __init__(
-        self, specs: Mapping[str, tuple[int, str]], range_eps: float = 1e-4, obs_clip: float | None = None
+        self,
+        specs: Mapping[str, tuple[int, str]],
+        range_eps: float = 1e-4,
+        obs_clip: float | None = None,
+        obs_scale_floor: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= obs_scale_floor <= 1.0:
+            raise ValueError(f"obs_scale_floor must be in [0, 1]; got {obs_scale_floor}")
+        self.obs_scale_floor = float(obs_scale_floor)
         self.modes: dict[str, str] = {}
         self.range_eps = float(range_eps)
         self.obs_clip = None if obs_clip is None else float(obs_clip)
@@ -90,6 +104,8 @@ class Normalizer(nn.Module):
                 loc, scale = (hi + lo) / 2, (hi - lo) / 2
             else:
                 loc, scale = flat.mean(0), flat.std(0)
+            if key.startswith("obs/") and self.obs_scale_floor > 0:
+                scale = np.maximum(scale, self.obs_scale_floor * scale.max())
             scale = np.where(scale < self.range_eps, 1.0, scale)
             mod.loc.copy_(torch.as_tensor(loc, dtype=torch.float32))
             mod.scale.copy_(torch.as_tensor(scale, dtype=torch.float32))
