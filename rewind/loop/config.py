@@ -120,6 +120,9 @@ class FinetuneConfig:
         steps / batch_size / lr / warmup_steps: the optimisation of one round.
         demo_share: (ft) expected share of demo windows per batch; the rest are the rounds' data
             (ReGuide: 0.2); ``null`` (fs default): windows drawn uniformly from everything.
+        max_passes: (ft) cap on the expected passes over the rounds' data in one fine-tuning: their
+            share of the batch shrinks (the demos take the rest) so that ``steps * batch_size *
+            share <= max_passes * their steps``; ``null``: no cap (the share is ``1 - demo_share``).
         source_weights: per-label weights of the training data, on top of the recovery source's
             defaults (operator, dagger, human: ``{policy: 0, pre_intervention: 0}``, i.e. the
             intervention segments only, as RaC and HG-DAgger train; retry, guided: every kept step).
@@ -138,6 +141,7 @@ class FinetuneConfig:
     lr: float = 3e-4
     warmup_steps: int = 50
     demo_share: float | None = 0.2
+    max_passes: float | None = None
     source_weights: dict[str, float] = field(default_factory=dict)
     weight_mode: str = "sample"
     normalizer: str = "keep"
@@ -153,6 +157,8 @@ class FinetuneConfig:
             self.demo_share is None or 0.0 <= self.demo_share < 1.0,
             f"finetune.demo_share must be null or in [0, 1); got {self.demo_share}",
         )
+        require(self.max_passes is None or self.max_passes > 0,
+                f"finetune.max_passes must be null or > 0; got {self.max_passes}")  # fmt: skip
         require(self.weight_mode in WEIGHT_MODES, f"finetune.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'")  # fmt: skip
         require(self.normalizer in NORMALIZER_MODES, f"finetune.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'")  # fmt: skip
         for label, w in self.source_weights.items():

@@ -189,7 +189,7 @@ def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, A
     f, base, prev = cfg.finetune, records[0], records[-1]
     stores, counts, useful = _round_stores(cfg, out, r)
     used = [] if control else list(useful)
-    mix = stages.mix_shares(f.demo_share, [useful[q] for q in used])
+    mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
     meta = read_policy_meta(_abs(out, base["policy"]["weights"]))
     node: dict[str, Any] = {"data": {"path": str(_abs(out, base["demos"])), "extra_paths": [str(stores[q]) for q in used],
                                      "mix": mix, "val_fraction": 0.0, "source_weights": train_weights(cfg),

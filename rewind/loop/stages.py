@@ -153,10 +153,20 @@ def store_counts(path: str | Path) -> dict[str, Any]:
             "operator_steps": s["n_operator_steps"], "episode_ids": ids}  # fmt: skip
 
 
-def mix_shares(demo_share: float | None, steps: list[int]) -> list[float]:
+def mix_shares(
+    demo_share: float | None, steps: list[int], max_passes: float | None = None, samples: int = 0
+) -> list[float]:
     """``data.mix`` for ``[demos, *rounds]``: the demo share, the rest split by the rounds' step counts
-    (``[]`` when ``demo_share`` is ``None``: every window equally likely)."""
+    (``[]`` when ``demo_share`` is ``None``: every window equally likely).
+
+    With ``max_passes``, a fine-tuning that draws ``samples`` windows in all sees the rounds' data at
+    most ``max_passes`` times over in expectation: the rounds' share is capped at
+    ``max_passes * sum(steps) / samples`` and the demos take the rest (a small store is then not
+    repeated dozens of times)."""
     if demo_share is None or not steps:
         return []
     total = float(np.sum(steps))
-    return [demo_share, *[(1.0 - demo_share) * s / total for s in steps]]
+    rest = 1.0 - demo_share
+    if max_passes is not None and samples > 0:
+        rest = min(rest, max_passes * total / samples)
+    return [1.0 - rest, *[rest * s / total for s in steps]]
