@@ -2,7 +2,7 @@
 
 Public API::
 
-    from rewind.store import ReplayStore, StoreSpec, SOURCES, StoreError
+    from rewind.store import ReplayStore, StoreSpec, SOURCES, StoreError, store_info, verify_store
 
 See ``docs/store.md`` for the on-disk layout and the commit protocol.
 """
@@ -18,6 +18,7 @@ from rewind.store.schema import (
     StoreSpec,
 )
 from rewind.store.store import ReplayStore
+from rewind.store.verify import verify_store
 from rewind.store.writer import EpisodeWriter
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "StoreSpec",
     "format_store_info",
     "store_info",
+    "verify_store",
 ]

@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 #: Version of the on-disk layout (SQLite tables + per-episode HDF5 layout). Bump on any change.
-SCHEMA_VERSION = 1
+#: 2 added content hashes (``episodes.content_sha256``, per-dataset ``sha256`` attrs). Stores of
+#: version 1 still open: a writer migrates the index in place, their old episodes read as "unverified".
+SCHEMA_VERSION = 2
+
+#: Older layouts this code still reads (and migrates when opened for writing).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 #: Fixed vocabulary of per-step source labels. A step's code is its index in this tuple.
 SOURCES: tuple[str, ...] = (
@@ -129,7 +134,9 @@ class StoreSpec:
 class EpisodeInfo:
     """Index row of one committed episode (cheap: read from SQLite, no HDF5 access).
 
-    ``source_counts`` maps source label -> number of steps with that label.
+    ``source_counts`` maps source label -> number of steps with that label. ``content_sha256`` is
+    the episode's content hash recorded at commit (``None`` for episodes written before schema 2,
+    which cannot be verified).
     """
 
     id: int
@@ -144,6 +151,7 @@ class EpisodeInfo:
     source_counts: dict[str, int] = field(hash=False)
     created_at: float
     file: str
+    content_sha256: str | None = None
 
     def meta(self) -> dict[str, Any]:
         """The per-episode metadata as a plain dict (the keys of :data:`META_KEYS`)."""

@@ -5,13 +5,15 @@ Folder layout::
     <root>/index.sqlite        SQLite (WAL): store_meta (schema version, spec) + episodes rows
     <root>/episodes/ep_*.h5    one HDF5 file per committed episode
     <root>/episodes/.tmp-*     in-flight writes (removed when a writer opens the store)
+    <root>/orphans/<time>-<pid>/ episode files without an index row, moved aside by a writer
     <root>/writer.lock         flock held by the single writer process
 
-Commit protocol of an episode: validate everything in memory, write the HDF5 file under a temp
-name, flush + fsync, ``os.replace`` to ``ep_<id>.h5``, fsync the folder, then insert the index row
-in one transaction. Readers only see episodes that have a row, so an episode appears atomically;
-a file without a row (writer killed between rename and insert) is invisible and deleted by the
-next writer.
+Commit protocol of an episode: validate everything in memory, hash it, write the HDF5 file under
+a temp name, flush + fsync, ``os.replace`` to ``ep_<id>.h5``, fsync the folder, then insert the
+index row (with the content hash) in one transaction. Readers only see episodes that have a row,
+so an episode appears atomically; a file without a row (writer killed between rename and insert,
+or an index rolled back) is invisible and moved aside by the next writer, and its id is never
+reused (``rewind.store.orphans``). Every :meth:`ReplayStore.load` checks the content hash.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import fcntl
 import logging
 import os
 import shutil
+import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,12 +31,8 @@ from typing import Any, Literal
 import numpy as np
 
 from rewind.store import index as idx
-from rewind.store.episode_file import (
-    EPISODE_DIR,
-    TMP_PREFIX,
-    read_episode_file,
-    write_episode_file,
-)
+from rewind.store.episode_file import EPISODE_DIR, read_episode_file, write_episode_file
+from rewind.store.orphans import OrphanReport, max_file_id, move_orphans
 from rewind.store.schema import (
     SCHEMA_VERSION,
     SOURCES,
@@ -60,14 +59,20 @@ class ReplayStore:
     is not thread-safe.
     """
 
-    def __init__(self, root: Path, conn: Any, spec: StoreSpec, mode: str, lock_fd: int | None) -> None:
+    def __init__(
+        self, root: Path, conn: Any, spec: StoreSpec, mode: str, lock_fd: int | None, hashed: bool = True
+    ) -> None:
         """Internal; use the classmethods."""
         self._root = root
         self._conn = conn
         self._spec = spec
         self._mode = mode
         self._lock_fd = lock_fd
+        self._hashed = hashed
         self._infos: dict[int, EpisodeInfo] = {}
+        self._min_next_id = 0
+        #: What the last writer open moved aside (``None`` for readers).
+        self.orphan_report: OrphanReport | None = None
         self.refresh()
 
     # ----------------------------------------------------------------- construction
@@ -101,8 +106,9 @@ class ReplayStore:
     ) -> ReplayStore:
         """Open an existing store for reading (``"r"``) or appending (``"a"``).
 
-        Opening with ``"a"`` takes the writer lock and deletes leftovers of killed writers
-        (temp files and episode files without an index row).
+        Opening with ``"a"`` takes the writer lock, migrates a schema-1 index, deletes temp files
+        of killed writers and moves episode files without an index row into ``orphans/`` (logged
+        as a warning; their ids are never reused, see :mod:`rewind.store.orphans`).
 
         Every commit survives the writer process being killed. Episode files are always fsynced
         before their row is written; ``sync_every_commit=True`` also fsyncs the index on every
@@ -116,23 +122,27 @@ class ReplayStore:
         if mode not in ("r", "a"):
             raise StoreError(f"mode: must be 'r' or 'a', got {mode!r}")
         root = Path(path)
-        db = root / idx.INDEX_NAME
-        if not root.is_dir():
-            raise StoreError(f"path: no replay store at {root} (folder missing)")
-        if not db.is_file() or not (root / EPISODE_DIR).is_dir():
-            raise StoreError(
-                f"path: {root} is not a replay store (missing {idx.INDEX_NAME} or {EPISODE_DIR}/)"
-            )
+        db = check_store_folder(root)
         lock_fd = _acquire_writer_lock(root) if mode == "a" else None
         try:
-            conn, spec = idx.open_index(db, sync_every_commit)
+            conn, spec, hashed = idx.open_index(db, sync_every_commit, writable=mode == "a")
         except BaseException:
             if lock_fd is not None:
                 os.close(lock_fd)
             raise
-        store = cls(root, conn, spec, mode, lock_fd)
+        try:
+            store = cls(root, conn, spec, mode, lock_fd, hashed)
+        except BaseException:
+            conn.close()
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise
         if mode == "a":
-            store._remove_orphans()
+            try:
+                store._move_orphans()
+            except BaseException:
+                store.close()
+                raise
         return store
 
     @classmethod
@@ -154,12 +164,15 @@ class ReplayStore:
             raise StoreError(f"spec mismatch with existing store at {root}: " + "; ".join(diffs))
         return store
 
-    def _remove_orphans(self) -> None:
+    def _move_orphans(self) -> None:
         committed = {Path(f).name for f in idx.committed_files(self._conn)}
-        for p in (self._root / EPISODE_DIR).iterdir():
-            if p.name.startswith(TMP_PREFIX) or (p.suffix == ".h5" and p.name not in committed):
-                logger.warning("removing uncommitted episode file %s (left by a killed writer)", p)
-                p.unlink(missing_ok=True)
+        try:
+            self.orphan_report = move_orphans(self._root, committed)
+        except OSError as exc:
+            raise StoreError(
+                f"path: cannot move uncommitted episode files aside in {self._root} ({exc})"
+            ) from exc
+        self._min_next_id = max_file_id(self._root) + 1
 
     # ----------------------------------------------------------------- properties
     @property
@@ -189,7 +202,7 @@ class ReplayStore:
         """Pick up episodes committed since the last call (e.g. by another process); return them."""
         self._check_open()
         last = max(self._infos, default=-1)
-        new = idx.fetch_rows(self._conn, after_id=last)
+        new = idx.fetch_rows(self._conn, after_id=last, hashed=self._hashed)
         for info in new:
             self._infos[info.id] = info
         return new
@@ -221,10 +234,18 @@ class ReplayStore:
             raise StoreError(f"episode_id: no committed episode {episode_id!r} in {self._root}")
         return self._infos[episode_id]
 
-    def load(self, episode_id: int, obs_keys: Sequence[str] | None = None) -> Episode:
-        """Load one committed episode into memory (``obs_keys`` restricts the observations read)."""
+    def load(self, episode_id: int, obs_keys: Sequence[str] | None = None, verify: bool = True) -> Episode:
+        """Load one committed episode into memory (``obs_keys`` restricts the observations read).
+
+        Shapes, dtypes, finiteness and source codes are always checked; with ``verify`` (default)
+        also the episode id, the metadata and the content hash recorded at commit (episodes
+        written before schema 2 have none and load unverified).
+
+        Raises:
+            StoreError: ``episode <id> (<file>): <problem>`` for a missing, swapped or changed file.
+        """
         info = self.info(episode_id)
-        data = read_episode_file(self._root / info.file, self._spec, info.length, obs_keys)
+        data, _ = read_episode_file(self._root, info, self._spec, obs_keys, verify)
         return Episode(info=info, **data)
 
     def summary(self) -> dict[str, Any]:
@@ -292,15 +313,27 @@ class ReplayStore:
         meta = normalize_meta(meta, self._spec, length)
         codes, counts = np.unique(arrays["sources"], return_counts=True)
         source_counts = {SOURCES[c]: int(n) for c, n in zip(codes, counts, strict=True)}
-        eid = idx.next_episode_id(self._conn)
-        rel = write_episode_file(self._root, eid, self._spec, arrays, meta)
+        eid = max(idx.next_episode_id(self._conn), self._min_next_id)
+        rel, digest = write_episode_file(self._root, eid, self._spec, arrays, meta)
         try:
-            idx.insert_row(self._conn, eid, rel, length, meta, source_counts)
+            idx.insert_row(self._conn, eid, rel, length, meta, source_counts, digest)
         except BaseException:
-            (self._root / rel).unlink(missing_ok=True)
+            self._drop_uncommitted(eid, rel)
             raise
+        self._min_next_id = eid + 1
         self.refresh()
         return self._infos[eid]
+
+    def _drop_uncommitted(self, eid: int, rel: str) -> None:
+        """After a failed insert: delete the file only if its row surely does not exist."""
+        try:
+            committed = idx.row_exists(self._conn, eid)
+        except sqlite3.Error:
+            committed = True  # unknown: leave the file, the next writer moves it aside if uncommitted
+        if committed:
+            self._min_next_id = eid + 1
+        else:
+            (self._root / rel).unlink(missing_ok=True)
 
     # ----------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -326,6 +359,16 @@ class ReplayStore:
         self._check_open()
         if self._mode != "a":
             raise StoreError(f"mode: store {self._root} is open read-only; open it with mode='a' to append")
+
+
+def check_store_folder(root: Path) -> Path:
+    """Return the index path of the store at ``root``; raise :class:`StoreError` if it is not a store."""
+    db = root / idx.INDEX_NAME
+    if not root.is_dir():
+        raise StoreError(f"path: no replay store at {root} (folder missing)")
+    if not db.is_file() or not (root / EPISODE_DIR).is_dir():
+        raise StoreError(f"path: {root} is not a replay store (missing {idx.INDEX_NAME} or {EPISODE_DIR}/)")
+    return db
 
 
 def _acquire_writer_lock(root: Path) -> int:

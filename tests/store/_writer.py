@@ -3,8 +3,10 @@
 Usage: python _writer.py STORE_PATH MAX_EPISODES [SLEEP_S]
 
 Opens (or creates) the store for appending, prints ``ready``, then appends ``make_episode(i)``
-for ``i = len(store) ..`` until the store holds MAX_EPISODES, printing ``committed <id>`` after
-each commit (flushed, so the parent knows which commits returned). Episode ``i`` gets id ``i``.
+for ``i = len(store) ..`` until the store holds MAX_EPISODES, printing ``committed <i>`` after
+each commit (flushed, so the parent knows which commits returned). Episode ``i`` is the store's
+``i``-th episode; its id is ``i`` unless an earlier writer was killed between renaming a file and
+committing its row (that id is then never reused), so readers match ``info.extra["index"]``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def main() -> None:
     while len(store) < max_episodes:
         i = len(store)
         info = store.add_episode(**make_episode(i, image=True))
-        assert info.id == i
+        assert info.id >= i and info.extra["index"] == i
         sys.stdout.write(f"committed {i}\n")
         sys.stdout.flush()
         if sleep_s:

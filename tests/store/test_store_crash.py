@@ -14,6 +14,7 @@ from _store_helpers import assert_episode_equals, make_episode, make_spec
 
 from rewind.store import ReplayStore
 from rewind.store.episode_file import EPISODE_DIR, episode_filename
+from rewind.store.orphans import ORPHAN_DIR
 
 HERE = Path(__file__).parent
 N_TRIALS = 50
@@ -28,14 +29,19 @@ def _start_writer(path: Path, max_episodes: int, sleep_s: float = 0.0) -> subpro
 
 
 def _verify(path: Path, n_checked: int) -> int:
-    """Open for appending (cleans up), check ids are 0..n-1, new episodes' contents and no stray files."""
+    """Open for appending (moves orphans aside), check ids increase, new episodes' contents, no
+    stray files in episodes/ and no id of a moved-aside file reused."""
     with ReplayStore.open(path, mode="a") as store:
         infos = store.episodes()
-        assert [e.id for e in infos] == list(range(len(infos)))
-        for info in infos[n_checked:]:
-            assert_episode_equals(store.load(info.id), make_episode(info.id, image=True))
+        ids = [e.id for e in infos]
+        assert ids == sorted(set(ids))
+        for i, info in enumerate(infos[n_checked:], start=n_checked):
+            assert info.extra["index"] == i
+            assert_episode_equals(store.load(info.id), make_episode(i, image=True))
         files = sorted(p.name for p in (path / EPISODE_DIR).iterdir())
         assert files == sorted(Path(episode_filename(e.id)).name for e in infos)
+        moved = {p.name for p in (path / ORPHAN_DIR).glob("*/*.h5")}
+        assert not moved & set(files)
         return len(infos)
 
 
@@ -61,24 +67,27 @@ def test_sigkill_at_random_moments_loses_at_most_the_open_episode(tmp_path: Path
     # the kills happened while episodes were being written, not only before the first one
     assert n_committed > N_TRIALS // 2
     with ReplayStore.open(path, mode="r") as store:
-        for info in store.episodes():
-            assert_episode_equals(store.load(info.id), make_episode(info.id, image=True))
+        for i, info in enumerate(store.episodes()):
+            assert_episode_equals(store.load(info.id), make_episode(i, image=True))
 
 
-def test_uncommitted_files_are_invisible_and_removed_by_next_writer(tmp_path: Path) -> None:
+def test_uncommitted_files_are_invisible_and_moved_aside_by_next_writer(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with ReplayStore.create(path, make_spec()) as store:
         store.add_episode(**make_episode(0))
     # simulate a writer killed after rename (file, no row) and one killed mid-write (temp file)
     orphan = path / episode_filename(1)
     orphan.write_bytes((path / episode_filename(0)).read_bytes())
+    content = orphan.read_bytes()
     tmp_file = path / EPISODE_DIR / ".tmp-999-abc.h5"
     tmp_file.write_bytes(b"partial")
     with ReplayStore.open(path, mode="r") as reader:
         assert [e.id for e in reader.episodes()] == [0]
-        assert orphan.exists()  # readers never delete
+        assert orphan.exists()  # readers never touch files
     with ReplayStore.open(path, mode="a") as writer:
         assert not orphan.exists() and not tmp_file.exists()
+        [moved] = (path / ORPHAN_DIR).glob("*/ep_000000001.h5")
+        assert moved.read_bytes() == content
         info = writer.add_episode(**make_episode(1))
-        assert info.id == 1
-        assert_episode_equals(writer.load(1), make_episode(1))
+        assert info.id == 2  # the moved file's id is not reused
+        assert_episode_equals(writer.load(2), make_episode(1))
