@@ -24,12 +24,16 @@ import json
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
+from rewind.store import index as idx
+from rewind.store.episode_file import EPISODE_DIR, fsync_dir
 from rewind.store.schema import SOURCES, EpisodeInfo, StoreError, StoreSpec, source_code
 from rewind.store.store import ReplayStore
 
@@ -47,6 +51,7 @@ def export_robomimic(
     split_seed: int = 0,
     env_type: int = GYM_ENV_TYPE,
     env_kwargs: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> list[str]:
     """Write ``episodes`` (default: all committed) of ``store`` to a robomimic HDF5 file.
 
@@ -54,17 +59,30 @@ def export_robomimic(
         valid_fraction: share of demos listed in ``mask/valid`` (the rest in ``mask/train``),
             chosen with ``np.random.default_rng(split_seed)``.
         env_type, env_kwargs: written into ``data.attrs["env_args"]``.
+        overwrite: replace an existing file at ``h5_path`` (refused by default).
+
+    Every episode is loaded with full verification (shapes, dtypes, finiteness, content hash)
+    before it is written. The file is written under a hidden temp name in the target folder,
+    fsynced and renamed into place only when complete, so a failed or killed export never leaves
+    a partial file at ``h5_path`` (a killed one may leave ``.<name>.tmp-*`` beside it).
 
     Returns:
-        The demo names written, ``demo_0 ..`` in store order. The file is written under a temp
-        name and renamed, so a crash never leaves a partial export at ``h5_path``.
+        The demo names written, ``demo_0 ..`` in store order.
+
+    Raises:
+        StoreError: if the target exists (without ``overwrite``), is a folder or lies inside a
+            replay store, or an episode fails verification (the target is then untouched).
     """
+    target = Path(h5_path)
+    _check_target(target, overwrite)
+    if not 0.0 <= valid_fraction < 1.0:
+        raise StoreError(f"valid_fraction: must be in [0, 1), got {valid_fraction}")
     chosen = store.episodes() if episodes is None else list(episodes)
     ids = [e.id if isinstance(e, EpisodeInfo) else int(e) for e in chosen]
     if not ids:
         raise StoreError("episodes: nothing to export")
     names = [f"demo_{i}" for i in range(len(ids))]
-    tmp = f"{os.fspath(h5_path)}.tmp-{os.getpid()}"
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         with h5py.File(tmp, "w", locking=False) as f:
             data = f.create_group("data")
@@ -76,13 +94,43 @@ def export_robomimic(
             data.attrs["env_args"] = json.dumps(env_args)
             data.attrs["rewind_spec"] = store.spec.to_json()
             _write_masks(f, names, valid_fraction, split_seed)
-        os.replace(tmp, h5_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    logger.info("exported %d episodes (%d steps) to %s", len(ids), total, h5_path)
+            f.flush()
+            os.fsync(f.id.get_vfd_handle())
+        _publish(tmp, target, overwrite)
+    finally:
+        tmp.unlink(missing_ok=True)
+    logger.info("exported %d episodes (%d steps) to %s", len(ids), total, target)
     return names
+
+
+def _check_target(target: Path, overwrite: bool) -> None:
+    """Refuse a folder, a path inside a replay store, or (without ``overwrite``) an existing file."""
+    if target.is_dir():
+        raise StoreError(f"out: {target} is a folder; give a file name such as {target / 'export.hdf5'}")
+    for folder in target.resolve().parents:
+        if (folder / idx.INDEX_NAME).is_file() and (folder / EPISODE_DIR).is_dir():
+            raise StoreError(f"out: {target} is inside the replay store {folder}; export outside it")
+    if target.exists() and not overwrite:
+        raise StoreError(f"out: {target} already exists; pass overwrite=true to replace it")
+    if not target.parent.is_dir():
+        raise StoreError(f"out: folder {target.parent} does not exist")
+
+
+def _publish(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename the finished ``tmp`` to ``target``; without ``overwrite`` never replace a file that
+    appeared meanwhile (a hard link fails atomically if the name exists)."""
+    if overwrite:
+        os.replace(tmp, target)
+    else:
+        try:
+            os.link(tmp, target)
+        except FileExistsError as exc:
+            raise StoreError(f"out: {target} already exists; pass overwrite=true to replace it") from exc
+        except OSError:  # no hard links on this file system: check, then rename
+            if target.exists():
+                raise StoreError(f"out: {target} already exists; pass overwrite=true to replace it") from None
+            os.replace(tmp, target)
+    fsync_dir(target.parent)
 
 
 def _write_demo(data: h5py.Group, name: str, ep: Any) -> int:
@@ -105,8 +153,6 @@ def _write_demo(data: h5py.Group, name: str, ep: Any) -> int:
 
 
 def _write_masks(f: h5py.File, names: list[str], valid_fraction: float, split_seed: int) -> None:
-    if not 0.0 <= valid_fraction < 1.0:
-        raise StoreError(f"valid_fraction: must be in [0, 1), got {valid_fraction}")
     n_valid = int(round(valid_fraction * len(names)))
     order = np.random.default_rng(split_seed).permutation(len(names))
     valid = set(order[:n_valid].tolist())
