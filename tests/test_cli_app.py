@@ -199,7 +199,8 @@ def _store(*args: str) -> subprocess.CompletedProcess[str]:
 def test_store_command_validates_its_arguments(tmp_path: Path) -> None:
     proc = _store("bogus", str(tmp_path), f"out_dir={tmp_path / 'r'}")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "rewind-store: error: cmd must be one of info, export, import; got 'bogus'"
+    expected = "rewind-store: error: cmd must be one of info, export, import, verify; got 'bogus'"
+    assert proc.stderr.strip() == expected
     from rewind.scripts.store import main
 
     assert _run(main, "export", str(tmp_path), f"out_dir={tmp_path / 'r'}") == 2
