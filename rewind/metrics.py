@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from rewind.config import ConfigError
-from rewind.utils.io import to_jsonable
+from rewind.utils.io import private_opener, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class MetricsLogger:
         self.mode = mode
         self.path = self.out_dir / JSONL_NAME
         self._lock = threading.Lock()
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._fh = open(self.path, "a", encoding="utf-8", opener=private_opener)  # noqa: SIM115 (mode 0600)
         self._last_step = -1
         self._closed = False
         self._wandb: Any = None

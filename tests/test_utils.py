@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from rewind.utils.io import atomic_write_json, atomic_write_text
+from rewind.utils.io import atomic_write_json, atomic_write_text, private_opener
 from rewind.utils.logging import setup_logging
-from rewind.utils.run_info import code_root, git_revision, run_info
+from rewind.utils.run_info import code_root, git_revision, redact_argv, redact_config, run_info
 from rewind.utils.seeding import make_rng, spawn_seeds, torch_generator
 
 
@@ -58,3 +59,54 @@ def test_setup_logging_is_idempotent(tmp_path: Path) -> None:
     for handler in [h for h in root.handlers if getattr(h, "_rewind_handler", False)]:
         root.removeHandler(handler)
         handler.close()
+
+
+def test_redact_config_hides_token_values_only() -> None:
+    cfg = {
+        "token": "s3cret",
+        "host": "0.0.0.0",
+        "nested": {"token": "x", "tokens": 3, "items": [{"token": "y"}, 1]},
+        "empty": {"token": None},
+        "blank": {"token": ""},
+    }
+    assert redact_config(cfg) == {
+        "token": "***",
+        "host": "0.0.0.0",
+        "nested": {"token": "***", "tokens": 3, "items": [{"token": "***"}, 1]},
+        "empty": {"token": None},
+        "blank": {"token": ""},
+    }
+    assert cfg["token"] == "s3cret"  # a copy; the input is untouched
+    plain = {"episodes": 3, "env": {"name": "lift"}, "paths": ["a", "b"]}
+    assert redact_config(plain) == plain
+
+
+def test_redact_argv_and_run_info_hide_the_token() -> None:
+    argv = ["prog", "token=abc", "+token=abc", "++teleop.token='a b'", "token=", "tokens=1", "mytoken=2"]
+    assert redact_argv([*argv, "--cfg", "job"]) == [
+        "prog", "token=***", "+token=***", "++teleop.token=***", "token=", "tokens=1", "mytoken=2",
+        "--cfg", "job",
+    ]
+    info = run_info(["prog", "host=0.0.0.0", "token=s3cret"])
+    assert "s3cret" not in json.dumps(info)
+    assert info["command_line"] == "prog host=0.0.0.0 'token=***'"
+
+
+def test_written_files_are_owner_only(tmp_path: Path) -> None:
+    old = os.umask(0o022)  # the usual umask, under which open() makes files world-readable
+    try:
+        atomic_write_json(tmp_path / "a.json", {"x": 1})
+        with open(tmp_path / "new.log", "a", encoding="utf-8", opener=private_opener) as fh:
+            fh.write("x\n")
+        (tmp_path / "old.log").write_text("old\n")
+        with open(tmp_path / "old.log", "a", encoding="utf-8", opener=private_opener) as fh:
+            fh.write("more\n")
+        setup_logging("INFO", log_file=tmp_path / "run.log")
+        logging.getLogger("rewind.test").info("hello")
+        setup_logging()
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"a.json": 0o600, "new.log": 0o600, "old.log": 0o600, "run.log": 0o600}
+    assert (tmp_path / "old.log").read_text() == "old\nmore\n"
+    assert "hello" in (tmp_path / "run.log").read_text()

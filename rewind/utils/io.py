@@ -2,10 +2,13 @@
 
 Every helper writes to a temporary file in the destination folder, fsyncs it and then
 ``os.replace``-s it over the destination (atomic on POSIX when both are on one file system).
+The temporary file comes from :func:`tempfile.mkstemp`, so every file written here is readable by
+its owner only (mode 0600); :func:`private_opener` gives files opened for appending the same mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -48,8 +51,22 @@ def changed_keys(saved: Any, now: Any, prefix: str = "") -> list[str]:
     return [] if saved == now else [prefix.rstrip(".")]
 
 
+def private_opener(path: str | os.PathLike[str], flags: int) -> int:
+    """``open(..., opener=private_opener)``: a new file gets mode 0600, an existing one is narrowed to it.
+
+    Narrowing is best effort (a file owned by someone else keeps its mode).
+    """
+    fd = os.open(path, flags, 0o600)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o600)
+    return fd
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path."""
+    """Write ``text`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path.
+
+    The file ends up with mode 0600 (owner only), whatever mode an earlier file at ``path`` had.
+    """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")

@@ -1,4 +1,9 @@
-"""Provenance of a run: which code (git revision, dirty flag), where, when, with which versions."""
+"""Provenance of a run: which code (git revision, dirty flag), where, when, with which versions.
+
+Nothing a run records reveals a secret: config keys named in :data:`SECRET_KEYS` (``token``) are
+written as ``"***"`` in ``config.yaml`` (:func:`redact_config`) and on the recorded command line
+(:func:`redact_argv`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -15,6 +21,38 @@ import rewind
 
 UNKNOWN = "unknown"
 _VERSIONED = ("rewind", "torch", "mujoco", "numpy", "hydra-core", "wandb")
+SECRET_KEYS = frozenset({"token"})
+REDACTED = "***"
+
+
+def _is_secret_key(key: object) -> bool:
+    """True for ``token`` and for a dotted key ending in it (``teleop.token``)."""
+    return isinstance(key, str) and key.rsplit(".", 1)[-1] in SECRET_KEYS
+
+
+def redact_config(tree: Any) -> Any:
+    """A copy of a JSON-like config tree with the value of every secret key replaced by ``"***"``.
+
+    Unset values (``None``, ``""``) stay as they are: they reveal nothing and show that no secret was given.
+    """
+    if isinstance(tree, Mapping):
+        return {
+            k: REDACTED if _is_secret_key(k) and v not in (None, "") else redact_config(v)
+            for k, v in tree.items()
+        }
+    if isinstance(tree, (list, tuple)):
+        return [redact_config(v) for v in tree]
+    return tree
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the value of every ``token=...`` override (also ``+token=``, ``a.token=``) hidden."""
+    out = []
+    for word in argv:
+        key, sep, value = word.partition("=")
+        secret = sep and not word.startswith("-") and _is_secret_key(key.lstrip("+~")) and value
+        out.append(f"{key}={REDACTED}" if secret else word)
+    return out
 
 
 def code_root() -> Path:
@@ -62,11 +100,11 @@ def package_versions(names: tuple[str, ...] = _VERSIONED) -> dict[str, str]:
 
 
 def run_info(argv: list[str] | None = None) -> dict[str, Any]:
-    """Everything ``run.json`` records about a run."""
+    """Everything ``run.json`` records about a run (``token=`` values hidden: :func:`redact_argv`)."""
     import shlex
 
     sha, dirty = git_revision()
-    argv = list(sys.argv if argv is None else argv)
+    argv = redact_argv(sys.argv if argv is None else argv)
     return {
         "git_revision": sha,
         "git_dirty": dirty,
