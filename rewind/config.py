@@ -4,11 +4,17 @@ Each command's root config is a dataclass deriving from :class:`CommandConfig`. 
 dataclass's ``__post_init__`` and raises :class:`ConfigError` (or any ``ValueError``) whose message
 names the field, e.g. ``episodes must be >= 1; got 0``. :func:`to_dataclass` builds the instance, so
 the same checks run whether a config comes from Hydra, from YAML, or from Python code.
+
+Input paths are checked by name: a field called ``path``, ``calibration`` or ending in ``_path`` /
+``_paths`` names something that must exist when it is set (:func:`check_input_paths`, run by every
+command before it starts). Outputs are called ``out``, ``out_dir``, ``store``, ``store_out``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -78,3 +84,28 @@ def _describe(exc: OmegaConfBaseException) -> str:
     line = text.splitlines()[0] if text else type(exc).__name__
     key = getattr(exc, "full_key", None)
     return f"{key}: {line}" if key and f"'{key}'" not in line else line
+
+
+def is_input_path_key(name: str) -> bool:
+    """True for the field names that hold input paths (see the module docstring)."""
+    return name in ("path", "calibration") or name.endswith(("_path", "_paths"))
+
+
+def missing_input_paths(obj: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``(dotted key, value)`` for every set input path of the dataclass ``obj`` that does not exist."""
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        key = f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from missing_input_paths(value, f"{key}.")
+        elif is_input_path_key(field.name):
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for item in values:
+                if isinstance(item, (str, os.PathLike)) and str(item) and not os.path.exists(item):
+                    yield key, str(item)
+
+
+def check_input_paths(obj: Any) -> None:
+    """Raise :class:`ConfigError` naming the first set input path of ``obj`` that does not exist."""
+    for key, value in missing_input_paths(obj):
+        raise ConfigError(f"{key} does not exist: {value}")

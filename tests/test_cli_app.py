@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING
 
 from rewind.cli.app import format_summary, hydra_command, is_user_error
-from rewind.cli.argv import map_positional, quote_override_value, split_flags
-from rewind.config import CommandConfig, ConfigError, require, to_dataclass
+from rewind.cli.argv import check_flags, map_positional, parse_overrides, quote_override_value, split_flags
+from rewind.config import CommandConfig, ConfigError, check_input_paths, require, to_dataclass
+from rewind.metrics import MetricsLogger
 
 
 @dataclass
@@ -27,6 +31,8 @@ class ToyConfig(CommandConfig):
     episodes: int = 2
     scale: float = 1.0
     crash: str = "no"
+    data_path: str | None = None
+    token: str | None = None
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
@@ -51,6 +57,8 @@ def toy(tmp_path: Path) -> Any:
             raise RuntimeError("internal bug")
         if cfg.crash == "user":
             raise ConfigError("name: no such thing")
+        with MetricsLogger(cfg.out_dir, mode="disabled") as metrics:
+            metrics.log({"episodes": cfg.episodes}, step=0)
         return {"name": cfg.name, "episodes": cfg.episodes, "scale": cfg.scale}
 
     return main
@@ -92,9 +100,81 @@ def test_default_out_dir_is_runs_command_timestamp(toy: Any, tmp_path: Path, mon
 
 
 def test_misspelled_key_fails_at_start(toy: Any, tmp_path: Path, capsys: Any) -> None:
-    assert _run(toy, "a", "epsiodes=3", f"out_dir={tmp_path / 'r'}") == 1
-    assert "epsiodes" in capsys.readouterr().err
-    assert CALLS == []
+    assert _run(toy, "a", "epsiodes=3", f"out_dir={tmp_path / 'r'}") == 2
+    assert capsys.readouterr().err == (
+        "rewind-toy: error: unknown key 'epsiodes' (did you mean 'episodes'?); "
+        "valid: out_dir, name, episodes, scale, crash, data_path, token\n"
+    )
+    assert CALLS == [] and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("episodes=abc", "episodes=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        ("foo==", "malformed override 'foo=='"),
+        ("=x", "malformed override '=x': no key before '='"),
+        ("--nope", "unknown option '--nope'"),
+        ("--cfg=nope", "argument --cfg/-c: invalid choice: 'nope'"),
+    ],
+)
+def test_hydra_errors_are_one_line_exit_2(
+    toy: Any, tmp_path: Path, capsys: Any, arg: str, message: str
+) -> None:
+    assert _run(toy, "a", arg, f"out_dir={tmp_path / 'r'}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rewind-toy: error: {message}") and err.count("\n") == 1
+    assert CALLS == [] and not (tmp_path / "r").exists()
+
+
+def test_missing_input_path_fails_before_the_command(toy: Any, tmp_path: Path, capsys: Any) -> None:
+    assert _run(toy, "a", f"data_path={tmp_path / 'nope'}", f"out_dir={tmp_path / 'r'}") == 2
+    assert capsys.readouterr().err == f"rewind-toy: error: data_path does not exist: {tmp_path / 'nope'}\n"
+    assert CALLS == [] and not (tmp_path / "r").exists()  # the empty run folder is removed again
+    assert _run(toy, "a", f"data_path={tmp_path}", f"out_dir={tmp_path / 'r'}") == 0
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which a plain open() makes files world-readable."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+RUN_FILES = ("config.yaml", "run.json", "run.log", "summary.json", "metrics.jsonl")
+
+
+def test_run_files_are_private(toy: Any, tmp_path: Path, umask_022: None) -> None:
+    out = tmp_path / "new" / "run"
+    assert _run(toy, "a", f"out_dir={out}") == 0
+    assert _mode(out) == 0o700 and _mode(out.parent) == 0o755  # only the out_dir itself
+    assert {name: _mode(out / name) for name in RUN_FILES} == dict.fromkeys(RUN_FILES, 0o600)
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "run.log").write_text("earlier run\n")
+    assert _mode(existing / "run.log") == 0o644
+    assert _run(toy, "a", f"out_dir={existing}") == 0
+    assert _mode(existing) == 0o755  # not created by the command: left alone
+    assert {name: _mode(existing / name) for name in RUN_FILES} == dict.fromkeys(RUN_FILES, 0o600)
+    assert (existing / "run.log").read_text().startswith("earlier run\n")
+
+
+def test_token_is_not_written(toy: Any, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert _run(toy, "a", "token=s3cr3t-value", f"out_dir={out}") == 0
+    assert CALLS[0].token == "s3cr3t-value"  # the command itself gets the value
+    assert yaml.safe_load((out / "config.yaml").read_text())["token"] == "***"
+    info = json.loads((out / "run.json").read_text())
+    assert "token=***" in info["command_line"] and "token=***" in info["argv"]
+    for path in out.iterdir():
+        assert "s3cr3t" not in path.read_text(), path.name
 
 
 def test_validation_error_is_one_line_exit_2(toy: Any, tmp_path: Path, capsys: Any) -> None:
@@ -129,10 +209,11 @@ def test_bug_keeps_its_traceback(toy: Any, tmp_path: Path, monkeypatch: Any) -> 
         toy(["a", "crash=bug", f"out_dir={tmp_path / 'r'}"])
 
 
-def test_multirun_gives_each_job_its_own_out_dir(toy: Any, tmp_path: Path) -> None:
+def test_multirun_gives_each_job_its_own_out_dir(toy: Any, tmp_path: Path, umask_022: None) -> None:
     out = tmp_path / "sweep"
     assert _run(toy, "a", "-m", "episodes=1,2", f"out_dir={out}") == 0
     assert [json.loads((out / n / "summary.json").read_text())["episodes"] for n in "01"] == [1, 2]
+    assert [_mode(out), _mode(out / "0"), _mode(out / "1")] == [0o700] * 3
 
 
 def test_cfg_job_prints_config_without_running(toy: Any, capsys: Any) -> None:
@@ -170,6 +251,40 @@ def test_map_positional_skips_flags_and_overrides() -> None:
         map_positional(["info", "cmd=export"], ("cmd",))
     with pytest.raises(ConfigError, match="unexpected argument"):
         map_positional(["a"], ())
+
+
+def test_flags_and_overrides_are_checked_before_hydra() -> None:
+    check_flags(["-m", "--cfg", "job", "--info", "config"])
+    with pytest.raises(ConfigError, match="unknown option '--nope'"):
+        check_flags(["--nope"])
+    parsed = parse_overrides(["a.b=1", "+c=[1,2]", "~d", "e='x=y'"])
+    assert [o.key_or_group for o in parsed] == ["a.b", "c", "d", "e"] and parsed[3].value() == "x=y"
+    for bad in ("foo==", "=x", "a=[1", "+=1"):
+        with pytest.raises(ConfigError, match="malformed override"):
+            parse_overrides([bad])
+
+
+@dataclass
+class _Inner:
+    calibration: str | None = None
+    extra_paths: list[str] | None = None
+    out: str = "/nonexistent/output/is/fine"
+
+
+@dataclass
+class _Paths:
+    policy_path: str | None = None
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+def test_check_input_paths_names_the_missing_one(tmp_path: Path) -> None:
+    check_input_paths(_Paths(policy_path=str(tmp_path), inner=_Inner(extra_paths=[str(tmp_path)])))
+    with pytest.raises(ConfigError, match="^policy_path does not exist: /nope$"):
+        check_input_paths(_Paths(policy_path="/nope"))
+    with pytest.raises(ConfigError, match="^inner.extra_paths does not exist: /nope2$"):
+        check_input_paths(_Paths(inner=_Inner(extra_paths=[str(tmp_path), "/nope2"])))
+    with pytest.raises(ConfigError, match="^inner.calibration does not exist"):
+        check_input_paths(_Paths(inner=_Inner(calibration="/nope3")))
 
 
 def test_to_dataclass_errors_name_the_field() -> None:
@@ -212,3 +327,21 @@ def test_store_info_on_missing_store_is_a_user_error(tmp_path: Path, capsys: Any
 
     assert _run(main, "info", str(tmp_path / "nope"), f"out_dir={tmp_path / 'r'}") == 2
     assert "rewind-store: error:" in capsys.readouterr().err
+
+
+def test_real_command_writes_private_files_and_its_config_unchanged(
+    tmp_path: Path, capsys: Any, umask_022: None
+) -> None:
+    """rewind-collect (no secret in its config): config.yaml is exactly the resolved config Hydra shows."""
+    from rewind.scripts.collect import main
+
+    out = tmp_path / "collect"
+    args = ["episodes=2", "progress=false", f"out_dir={out}"]
+    assert _run(main, *args, "--cfg", "job") == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert _run(main, *args) == 0
+    assert yaml.safe_load((out / "config.yaml").read_text()) == shown
+    assert _mode(out) == 0o700
+    for name in ("config.yaml", "run.json", "run.log", "summary.json"):
+        assert _mode(out / name) == 0o600, name
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 2

@@ -16,15 +16,21 @@ defaults list (``- store_schema`` then ``- _self_``), so a misspelled key fails 
 
 * writes into ``out_dir`` (default ``runs/<config_name>/<timestamp>``; Hydra's run dir, no chdir):
   ``config.yaml`` (resolved config), ``run.json`` (provenance), ``run.log`` and, when the function
-  returns, ``summary.json`` (its dict, written atomically) plus a one-line summary in the log;
+  returns, ``summary.json`` (its dict, written atomically) plus a one-line summary in the log. These
+  files are readable by the owner only (0600), an out_dir the command creates is 0700, and a ``token``
+  value is written as ``***`` (:func:`rewind.utils.run_info.redact_config`, ``redact_argv``);
 * maps bare words to the keys in ``positional`` (``rewind-store info PATH``);
-* reports user errors (:func:`is_user_error`: :class:`~rewind.config.ConfigError`, rewind's own
-  ``ValueError`` subclasses, missing files) as one line, exit code 2; ``RWD_DEBUG=1`` shows the
-  traceback instead. Anything else is a bug and keeps its traceback.
+* reports user errors as one line, exit code 2: Hydra's own (unknown key or flag, wrong type, unknown
+  config-group option, malformed override; :mod:`rewind.cli.errors`), a missing required value or
+  input path (:func:`rewind.config.check_input_paths`; both checked before the function runs), and
+  errors raised by the function (:func:`is_user_error`: :class:`~rewind.config.ConfigError`, rewind's
+  own ``ValueError`` subclasses, missing files). ``RWD_DEBUG=1`` shows the traceback instead.
+  Anything else is a bug and keeps its traceback (exit code 1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import inspect
@@ -40,13 +46,22 @@ from typing import Any
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
-from rewind.cli.argv import map_positional, override_keys, quote_override_value, split_flags
-from rewind.config import CommandConfig, ConfigError, to_dataclass
+from rewind.cli.argv import (
+    check_flags,
+    map_positional,
+    override_keys,
+    parse_overrides,
+    quote_override_value,
+    split_flags,
+)
+from rewind.cli.errors import HYDRA_USER_ERRORS, describe_hydra_error
+from rewind.config import CommandConfig, ConfigError, check_input_paths, to_dataclass
 from rewind.utils.io import atomic_write_json, atomic_write_text
 from rewind.utils.logging import setup_logging
-from rewind.utils.run_info import run_info
+from rewind.utils.run_info import redact_config, run_info
 
 log = logging.getLogger(__name__)
 
@@ -74,37 +89,73 @@ def hydra_command(
     def decorate(func: CommandFn) -> Callable[[Sequence[str] | None], None]:
         cls = schema or _schema_from_signature(func)
         ConfigStore.instance().store(name=f"{config_name}_schema", node=cls)
-        prog = f"rewind-{config_name}"
+        prog = f"rewind-{config_name.replace('_', '-')}"
 
         @functools.wraps(func)
         def main(argv: Sequence[str] | None = None) -> None:
             args = list(sys.argv[1:] if argv is None else argv)
             original = [sys.argv[0], *args]
             try:
-                args = map_positional(args, positional, prog)
+                flags, overrides = split_flags(map_positional(args, positional, prog))
+                check_flags(flags)
+                framework = _framework_overrides(config_name, prog, func, overrides)
+                fresh = _fresh_out_dir(parse_overrides([*framework, *overrides]))
             except ConfigError as exc:
                 _fail(prog, exc)
-            if os.environ.get(DEBUG_ENV) == "1":
+            if _debug():
                 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+            in_task = False
 
             def task(cfg: DictConfig) -> None:
-                _execute(func, cls, cfg, prog, original)
+                nonlocal in_task
+                in_task = True
+                try:
+                    _execute(func, cls, cfg, prog, original, fresh)
+                finally:
+                    in_task = False
 
             hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
-            saved_argv = sys.argv
-            flags, overrides = split_flags(args)
-            framework = _framework_overrides(config_name, prog, func, overrides)
+            saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
             sys.argv = [sys.argv[0], *flags, *framework, *overrides]
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; reported below
             try:
                 hydra_main(task)()
+            except HYDRA_USER_ERRORS as exc:
+                if in_task or _debug():
+                    raise
+                _fail(prog, ConfigError(describe_hydra_error(exc, cls)))
             finally:
                 sys.argv = saved_argv
+                _restore_env("HYDRA_FULL_ERROR", saved_full_error)
 
         main.schema = cls  # type: ignore[attr-defined]
         main.config_name = config_name  # type: ignore[attr-defined]
         return main
 
     return decorate
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV) == "1"
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _fresh_out_dir(overrides: Sequence[Override]) -> Path | None:
+    """The ``out_dir`` the command line asks for, when it does not exist yet (the command creates it)."""
+    value = None
+    for override in overrides:
+        if override.key_or_group == "out_dir" and not override.is_sweep_override():
+            raw = override.value()
+            value = str(raw) if isinstance(raw, (str, int, float)) else None
+    if not value or "${" in value or os.path.lexists(value):
+        return None
+    return Path(value).absolute()
 
 
 def _schema_from_signature(func: Callable[..., Any]) -> type[CommandConfig]:
@@ -148,23 +199,28 @@ def _help_header(prog: str, func: Callable[..., Any]) -> str:
     )
 
 
-def _execute(func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: str, argv: list[str]) -> None:
-    """Body of the Hydra task: validate, record provenance, run, write the summary."""
+def _execute(
+    func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: str, argv: list[str], fresh: Path | None
+) -> None:
+    """Body of the Hydra task: validate, record provenance, run, write the summary.
+
+    ``fresh`` is the requested out_dir when this invocation creates it: it is made private (0700), and
+    removed again when the config turns out to be invalid (a typo leaves no empty run folder).
+    """
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    typed = _validate(cfg, cls, out_dir, prog, fresh)
+    if fresh is not None:
+        _make_private(out_dir, fresh)
     setup_logging(log_file=out_dir / "run.log")
     try:
-        cfg.out_dir = str(out_dir)
-        typed = to_dataclass(cfg, cls)
-        atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        info = {"command": prog, "out_dir": str(out_dir), **run_info(argv)}
-        atomic_write_json(out_dir / "run.json", info)
+        info = _record(cfg, out_dir, prog, argv)
         log.info("%s -> %s", prog, out_dir)
         start = time.perf_counter()
         result = func(typed)
         summary = dict(result or {})
         atomic_write_json(out_dir / "summary.json", summary)
     except (ValueError, FileNotFoundError) as exc:
-        if not is_user_error(exc) or os.environ.get(DEBUG_ENV) == "1":
+        if not is_user_error(exc) or _debug():
             raise
         _fail(prog, exc)
     else:
@@ -174,6 +230,41 @@ def _execute(func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: s
         log.info("summary: %s", out_dir / "summary.json")
     finally:
         setup_logging()  # console only: closes run.log (matters when commands run in-process)
+
+
+def _validate(cfg: DictConfig, cls: type[CommandConfig], out_dir: Path, prog: str, fresh: Path | None) -> Any:
+    """The typed config, its input paths checked; a user error is reported before anything is written."""
+    try:
+        cfg.out_dir = str(out_dir)
+        typed = to_dataclass(cfg, cls)
+        check_input_paths(typed)
+    except ConfigError as exc:
+        if fresh is not None:
+            for folder in (out_dir, fresh):  # rmdir: only while empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        if _debug():
+            raise
+        _fail(prog, exc)
+    return typed
+
+
+def _make_private(out_dir: Path, fresh: Path) -> None:
+    """Mode 0700 for the out_dir this invocation created (and a multirun job folder inside it)."""
+    out_dir, fresh = out_dir.resolve(), fresh.resolve()
+    for folder in {fresh, out_dir}:
+        if folder == fresh or fresh in folder.parents:
+            with contextlib.suppress(OSError):
+                folder.chmod(0o700)
+
+
+def _record(cfg: DictConfig, out_dir: Path, prog: str, argv: list[str]) -> dict[str, Any]:
+    """Write ``config.yaml`` (resolved) and ``run.json`` (provenance), secrets redacted; returns run.json."""
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(redact_config(resolved))))
+    info = {"command": prog, "out_dir": str(out_dir), **run_info(argv)}
+    atomic_write_json(out_dir / "run.json", info)
+    return info
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -1,9 +1,20 @@
-"""Command-line rewriting done before Hydra parses ``sys.argv``: bare words -> ``key=value`` overrides."""
+"""Command-line rewriting and checks done before Hydra parses ``sys.argv``.
+
+Bare words become ``key=value`` overrides (:func:`map_positional`); unknown flags and malformed
+overrides become one-line :class:`~rewind.config.ConfigError` s (:func:`check_flags`,
+:func:`parse_overrides`) instead of Hydra's usage text or parser trace.
+"""
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
+from typing import NoReturn
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import OverrideParseException
 
 from rewind.config import ConfigError
 
@@ -77,3 +88,43 @@ def map_positional(args: Sequence[str], positional: Sequence[str], prog: str = "
             raise ConfigError(f"'{key}' given twice: as argument '{word}' and as {key}=...")
         out[index] = f"{key}={quote_override_value(word)}"
     return out
+
+
+def _raise_config_error(message: str) -> NoReturn:
+    raise ConfigError(message)
+
+
+def check_flags(flags: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` for a flag Hydra does not know or a flag value it rejects.
+
+    Hydra's own parser would print its usage text and exit; this runs the same parser first.
+    """
+    from hydra._internal.utils import get_args_parser  # the parser hydra.main uses
+
+    parser: argparse.ArgumentParser = get_args_parser()
+    parser.error = _raise_config_error  # type: ignore[method-assign]
+    _, unknown = parser.parse_known_args(list(flags))
+    if unknown:
+        raise ConfigError(f"unknown option '{unknown[0]}' (--help lists the options and keys)")
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+    """Parse ``key=value`` overrides with Hydra's grammar.
+
+    Raises:
+        ConfigError: naming the first malformed override (``=x``, ``foo==``, unbalanced brackets).
+    """
+    parser = OverridesParser.create()
+    parsed = []
+    for word in overrides:
+        key = word.split("=", 1)[0].lstrip("+~")
+        if not key:
+            raise ConfigError(f"malformed override '{word}': no key before '=' (expected key=value)")
+        try:
+            parsed.extend(parser.parse_overrides([word]))
+        except OverrideParseException:
+            raise ConfigError(
+                f"malformed override '{word}' (expected key=value; quote a value with special "
+                f"characters: {key}='...')"
+            ) from None
+    return parsed

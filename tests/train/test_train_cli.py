@@ -68,14 +68,14 @@ def test_train_then_eval(tmp_path: Path, store: Path, policy: str) -> None:
 
 def test_misspelled_keys_fail_at_start(tmp_path: Path, store: Path, capsys: pytest.CaptureFixture) -> None:
     base = train_args(tmp_path / "a", store)
-    assert run_cli(train_main, [*base, "train.stpes=5"]) == 1  # schema key: Hydra rejects it
+    assert run_cli(train_main, [*base, "train.stpes=5"]) == 2  # schema key: Hydra rejects it
     assert "stpes" in capsys.readouterr().err
-    assert run_cli(train_main, [*base, "policy.horizn=8"]) == 1  # not in configs/policy/diffusion.yaml
+    assert run_cli(train_main, [*base, "policy.horizn=8"]) == 2  # not in configs/policy/diffusion.yaml
     assert "horizn" in capsys.readouterr().err
     assert run_cli(train_main, [*base, "+policy.horizn=8"]) == 2  # added: the registry's config class says no
     err = capsys.readouterr().err
     assert "policy.horizn: not a field of DiffusionConfig" in err and "Traceback" not in err
-    assert run_cli(train_main, [*base, "policy=nope"]) == 1
+    assert run_cli(train_main, [*base, "policy=nope"]) == 2
     assert not (tmp_path / "a" / "weights").exists()
 
 
