@@ -9,7 +9,7 @@ used); the chosen recipe is then reported on seeds never used to choose anything
     MUJOCO_GL=osmesa .venv/bin/python bench/base_ablation.py --root runs/base_ablation/stack3 \
         --variants baseline scale_floor_0.5 --out bench/results/base_ablation_stack3.json
 
-Runs are reused when their ``summary.json`` exists, so an interrupted sweep resumes. Output: JSON
+Each variant's runs go to ``ROOT/<variant>_s<steps>/``; they are reused when their ``summary.json`` exists, so an interrupted sweep resumes. Output: JSON
 rows and a Markdown table (``--out`` with ``.md``).
 """
 
@@ -23,11 +23,14 @@ from typing import Any
 
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
-#: name -> (what it changes, rewind-train overrides on top of the base recipe).
-VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "baseline": ("the default diffusion policy", []),
+#: name -> (what it changes, rewind-train overrides on top of the base recipe, rewind-eval overrides,
+#: the variant whose training it reuses or None). Eval-only variants cost no training.
+VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
+    "baseline": ("the default diffusion policy", [], [], None),
     "scale_floor_0.5": ("per obs key, no dim scaled below half the key's widest (policy.obs_scale_floor)",
-                        ["policy.obs_scale_floor=0.5"]),
+                        ["policy.obs_scale_floor=0.5"], [], None),
+    "act4": ("execute 4 actions per chunk instead of 8 (eval n_action_steps)", [], ["n_action_steps=4"], "baseline"),
+    "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
 }  # fmt: skip
 
 
@@ -41,19 +44,21 @@ def collect(a: argparse.Namespace) -> Path:
 
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
-    what, overrides = VARIANTS[name]
-    out = Path(a.root) / name
+    what, overrides, eval_overrides, train_as = VARIANTS[name]
+    out = Path(a.root) / f"{name}_s{a.steps}"
+    trained = Path(a.root) / f"{train_as or name}_s{a.steps}"
+    train_overrides = VARIANTS[train_as][1] if train_as else overrides
     train = run_once([rewind_bin("rewind-train"), f"env={a.task}", "policy=diffusion", f"data.path={store}",
                       f"train.steps={a.steps}", f"train.save_every={a.steps}", f"train.val_every={a.steps // 5}",
-                      "num_threads=2", "wandb.mode=offline", *overrides, f"out_dir={out / 'train'}"],
-                     out / "train")  # fmt: skip
+                      "num_threads=2", "wandb.mode=offline", *train_overrides, f"out_dir={trained / 'train'}"],
+                     trained / "train")  # fmt: skip
     eval_dir = out / ("eval" if a.eval_seed == 10000 else f"eval_s{a.eval_seed}")
-    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={out / 'train'}", f"env={a.task}",
-                   f"episodes={a.episodes}", f"seed={a.eval_seed}", "num_threads=1", f"out_dir={eval_dir}"],
-                  eval_dir)  # fmt: skip
+    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={trained / 'train'}", f"env={a.task}",
+                   f"episodes={a.episodes}", f"seed={a.eval_seed}", "num_threads=1", *eval_overrides,
+                   f"out_dir={eval_dir}"], eval_dir)  # fmt: skip
     assert train is not None and ev is not None
-    run = json.loads((out / "train" / "run.json").read_text())
-    return {"variant": name, "changes": what, "overrides": overrides, "eval_seed": a.eval_seed,
+    run = json.loads((trained / "train" / "run.json").read_text())
+    return {"variant": name, "changes": what, "overrides": train_overrides + eval_overrides, "eval_seed": a.eval_seed,
             "success": ev["success_rate"], "ci95": ev["success_ci95"], "episodes": ev["episodes"],
             "train_wall_time_s": run.get("duration_s"), "stages": ev.get("max_stage_histogram")}  # fmt: skip
 
