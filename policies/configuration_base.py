@@ -146,8 +146,7 @@ class UNetPolicyConfig(PolicyConfig):
             )
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int; got {self.kernel_size}")
-        bad = [d for d in self.down_dims if d % self.n_groups]
-        if self.n_groups < 1 or bad:
+        if self.n_groups < 1 or any(d % self.n_groups for d in self.down_dims):
             raise ValueError(
                 f"n_groups must divide every entry of down_dims {list(self.down_dims)}; got {self.n_groups}"
             )

@@ -16,7 +16,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-from collections.abc import Mapping
+import math
+import numbers
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewind.policies.base import ActionChunkPolicy
@@ -26,6 +30,7 @@ from rewind.policies.shape_meta import normalize_shape_meta, shape_meta_from_spe
 
 __all__ = [
     "POLICIES",
+    "check_field_types",
     "get_policy_classes",
     "make_config",
     "make_policy",
@@ -98,11 +103,68 @@ def make_config(name: str, config: Mapping[str, Any] | Any | None = None) -> Any
         return config
     if dataclasses.is_dataclass(config):
         raise TypeError(f"policy {name!r} needs a {config_cls.__name__}; got {type(config).__name__}")
+    if not isinstance(config, Mapping):
+        raise ValueError(f"policy {name!r}: config must be a mapping of fields; got {type(config).__name__}")
     fields = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(config) - fields)
+    unknown = sorted(set(config) - fields, key=str)
     if unknown:
         raise ValueError(f"unknown {config_cls.__name__} fields {unknown}; valid: {sorted(fields)}")
+    check_field_types(config_cls, config)
     return config_cls(**dict(config))
+
+
+def check_field_types(config_cls: type, fields: Mapping[str, Any]) -> None:
+    """Raise ``ValueError("horizon must be int; got 'abc' (str)")`` for the first value in ``fields``
+    that does not fit its annotation in the dataclass ``config_cls`` (a config read from a file, where
+    any JSON value can appear). ``bool`` is not an ``int``; a float must be finite; a list or tuple
+    field takes any non-string sequence of fitting items."""
+    hints = typing.get_type_hints(config_cls)
+    for key, value in fields.items():
+        hint = hints.get(key, Any)
+        if not _fits(value, hint):
+            raise ValueError(f"{key} must be {_type_name(hint)}; got {value!r} ({type(value).__name__})")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the type annotation ``hint`` (the subset config dataclasses use)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        return real and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, Sequence):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            return False
+        item = args[0] if args else Any
+        return all(_fits(v, item) for v in value)
+    if origin is dict or hint is dict:
+        return isinstance(value, Mapping)
+    return isinstance(hint, type) and isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    """``int``, ``list of str``, ``float or null``: an annotation as the error message says it."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if hint is type(None):
+        return "null"
+    if origin in (list, tuple, Sequence):
+        return f"a list of {_type_name(args[0]) if args else 'values'}"
+    if hint is float:
+        return "a finite number"
+    return getattr(hint, "__name__", str(hint))
 
 
 def config_with_defaults(name: str, saved: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file
-
 from rewind.config import ConfigError
 from rewind.policies.base import ActionChunkPolicy
 from rewind.train.config import InitConfig
@@ -66,15 +64,19 @@ def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
 
 def load_init(policy: ActionChunkPolicy, cfg: InitConfig, name: str, config: Any) -> dict[str, Any]:
     """Load ``cfg.from_weights`` into ``policy`` (everything, or only the normalizer); return its lineage:
-    ``{"init_from": folder, "init_weights_sha256": ..., "init_load_weights": bool}``."""
-    from rewind.policies.io import weights_hash
+    ``{"init_from": folder, "init_weights_sha256": ..., "init_load_weights": bool}``.
+
+    Raises:
+        ConfigError: unreadable, corrupted or mismatching weights (the file and the problem named).
+    """
+    from rewind.policies.io import PolicyWeightsError, read_weights_state
 
     folder = resolve_weights_folder(str(cfg.from_weights))
     meta = check_policy_config(folder, name, config)
-    sha = weights_hash(folder)
-    if sha != meta.get("weights_sha256"):
-        raise ConfigError(f"init.from_weights: {folder}: weights corrupted (sha256 differs from config.json)")
-    state = load_file(str(folder / meta.get("weights_file", "model.safetensors")))
+    try:
+        state = read_weights_state(folder, meta)  # the file inside the folder, sha256-checked, finite
+    except PolicyWeightsError as exc:
+        raise ConfigError(f"init.from_weights: {exc}") from exc
     if not cfg.load_weights:
         state = {k: v for k, v in state.items() if k.startswith(NORMALIZER_PREFIX)}
     try:
@@ -83,4 +85,5 @@ def load_init(policy: ActionChunkPolicy, cfg: InitConfig, name: str, config: Any
         raise ConfigError(f"init.from_weights: {folder}: weights do not fit the policy ({exc})") from exc
     if not cfg.load_weights and (unexpected or not any(k.startswith(NORMALIZER_PREFIX) for k in state)):
         raise ConfigError(f"init.from_weights: {folder}: no normalizer statistics to take")
+    sha = str(meta["weights_sha256"])
     return {"init_from": str(folder), "init_weights_sha256": sha, "init_load_weights": cfg.load_weights}
