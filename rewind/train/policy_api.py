@@ -79,6 +79,13 @@ def save_weights(policy: ActionChunkPolicy, folder: Path, extra_meta: dict[str, 
     save_policy_weights(policy, folder, extra_meta=extra_meta)
 
 
+def verify_weights(folder: Path) -> None:
+    """Read back a weights folder just written: config, sha256 and tensor shapes as loading checks them."""
+    from rewind.policies.io import verify_policy_weights
+
+    verify_policy_weights(folder)
+
+
 def load_weights(
     folder: Path, device: torch.device, spec: StoreSpec, env: str
 ) -> tuple[ActionChunkPolicy, dict[str, Any]]:

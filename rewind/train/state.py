@@ -12,11 +12,18 @@ Layout under the run's ``out_dir``::
 
 Every folder is written under a temporary name and renamed into place, then the pointers are
 replaced atomically (weights first, training state last), so killing the process at any moment
-leaves the previous complete save in force. Only the newest training state is kept.
+leaves the previous complete save in force. Only the newest training state is kept, and the previous
+one is deleted only after the new one has been read back and verified.
+
+``state.json`` records the sha256 of every ``.safetensors`` file of its folder (``"sha256"``); loading
+checks them before any tensor is read, so a corrupted or truncated file stops a resume with one line
+naming it (:class:`TrainingStateError`) instead of training on garbage. Loaded floating tensors must
+be finite. States saved before the hashes existed still load (with a warning).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -28,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rewind.config import ConfigError
@@ -39,6 +47,12 @@ WEIGHTS_DIR = "weights"
 STATE_DIR = "training_state"
 POINTER = "last.json"
 TMP_PREFIX = ".tmp-"
+STATE_FILE = "state.json"
+
+
+class TrainingStateError(ConfigError):
+    """A training state (or a ``last.json`` pointer) that is missing, corrupted or does not fit this run;
+    the message names the file. Reported as one line (exit status 2) by the commands."""
 
 
 def step_name(step: int) -> str:
@@ -67,20 +81,63 @@ def atomic_dir(final: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        _fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's content."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_json(path: Path) -> Any:
+    """Parsed JSON of ``path``; an unreadable or malformed file raises naming it."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise TrainingStateError(f"{path}: missing") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TrainingStateError(f"{path}: unreadable or not valid JSON ({exc})") from exc
+
+
 def read_pointer(folder: Path) -> int | None:
-    """Step of the newest complete save in ``folder`` (``weights`` or ``training_state``), or None."""
+    """Step of the newest complete save in ``folder`` (``weights`` or ``training_state``), or None.
+
+    Raises:
+        TrainingStateError: ``last.json`` is malformed or points at a folder that is not there.
+    """
     pointer = folder / POINTER
     if not pointer.is_file():
         return None
-    data = json.loads(pointer.read_text())
+    data = _read_json(pointer)
+    step = data.get("step") if isinstance(data, dict) else None
+    if type(step) is not int or step < 0 or data.get("path") != step_name(step):
+        raise TrainingStateError(
+            f"{pointer}: malformed (expected {{\"step\": N, \"path\": \"step_00000N\"}}); got {data!r}"[:300]
+        )
     if not (folder / data["path"]).is_dir():
-        raise ConfigError(f"{pointer}: points at missing folder {data['path']}")
-    return int(data["step"])
+        raise TrainingStateError(f"{pointer}: points at missing folder {data['path']}")
+    return step
 
 
 def write_pointer(folder: Path, step: int) -> None:
@@ -166,50 +223,147 @@ class TrainingState:
 def save_training_state(
     out_dir: Path, step: int, state: TrainingState, meta: dict[str, Any], keep: int = 1
 ) -> Path:
-    """Atomically write the training state of ``step`` and point ``training_state/last.json`` at it."""
+    """Atomically write the training state of ``step``, read it back and verify it, then point
+    ``training_state/last.json`` at it and delete older states (``keep`` states are kept in all).
+
+    Raises:
+        TrainingStateError: the written state does not read back intact (the previous one is kept).
+    """
     root = out_dir / STATE_DIR
-    with atomic_dir(root / step_name(step)) as tmp:
+    final = root / step_name(step)
+    with atomic_dir(final) as tmp:
         skeletons = {name: save_state_dict(tmp, name, c.state_dict()) for name, c in state.components.items()}
         rng = {f"generator.{k}": g.get_state() for k, g in state.generators.items()}
         rng["torch_cpu"] = torch.get_rng_state()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rng["torch_cuda"] = torch.cuda.get_rng_state()
         save_file(rng, str(tmp / "rng.safetensors"))
+        hashes = {p.name: file_sha256(p) for p in sorted(tmp.glob("*.safetensors"))}
         payload = {"step": step, "numpy_rng": state.numpy_state(), "components": skeletons, **meta}
-        atomic_write_json(tmp / "state.json", payload)
+        atomic_write_json(tmp / STATE_FILE, {**payload, "sha256": hashes})
+    try:
+        verify_training_state(final, step)
+    except TrainingStateError:
+        shutil.rmtree(final, ignore_errors=True)
+        raise
     write_pointer(root, step)
-    for old in sorted(root.glob("step_*"))[:-keep]:
+    older = sorted(p for p in root.glob("step_*") if p != final)
+    for old in older[: max(len(older) - (keep - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
-    return root / step_name(step)
+    return final
 
 
 def read_state_meta(out_dir: Path) -> dict[str, Any] | None:
-    """``state.json`` of the newest complete training state of ``out_dir`` (None: there is none)."""
+    """``state.json`` of the newest complete training state of ``out_dir`` (None: there is none),
+    with its structure checked (a malformed file raises :class:`TrainingStateError` naming it)."""
     root = out_dir / STATE_DIR
     step = read_pointer(root)
     if step is None:
         return None
-    return json.loads((root / step_name(step) / "state.json").read_text())
+    return _read_state_json(root / step_name(step), step)
+
+
+def _read_state_json(folder: Path, step: int) -> dict[str, Any]:
+    """``folder/state.json`` after checking the fields every training state has."""
+    path = folder / STATE_FILE
+    payload = _read_json(path)
+    if not isinstance(payload, dict):
+        raise TrainingStateError(f"{path}: not a training state (a JSON object is expected)")
+    if payload.get("step") != step:
+        raise TrainingStateError(
+            f"{path}: step {payload.get('step')!r} differs from its folder {folder.name}"
+        )
+    for key in ("components", "numpy_rng"):
+        if not isinstance(payload.get(key), dict):
+            raise TrainingStateError(f"{path}: '{key}' is missing or not a JSON object")
+    hashes = payload.get("sha256")
+    if hashes is not None and not (
+        isinstance(hashes, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items())
+    ):
+        raise TrainingStateError(f"{path}: 'sha256' must map file names to hex digests")
+    return payload
+
+
+def verify_training_state(folder: Path, step: int) -> dict[str, Any]:
+    """Check that ``folder`` holds an intact training state of ``step``: its ``state.json`` parses and
+    every ``.safetensors`` file it needs is there with the sha256 that ``state.json`` records.
+
+    Returns the ``state.json``. A state saved before hashes were recorded passes with a warning.
+
+    Raises:
+        TrainingStateError: naming the first missing, extra-named or corrupted file.
+    """
+    payload = _read_state_json(folder, step)
+    hashes = payload.get("sha256")
+    if hashes is None:
+        log.warning("%s: saved without content hashes (older rewind); its files are not verified", folder)
+        return payload
+    needed = {f"{name}.safetensors" for name in payload["components"]} | {"rng.safetensors"}
+    for name in sorted(needed | set(hashes)):
+        path = folder / name
+        if name not in hashes:
+            raise TrainingStateError(f"{path}: no sha256 recorded in {folder / STATE_FILE}")
+        if os.sep in name or name.startswith(".") or path.is_symlink():
+            raise TrainingStateError(f"{folder / STATE_FILE}: {name!r} is not a plain file of {folder}")
+        if not path.is_file():
+            raise TrainingStateError(f"{path}: missing")
+        if file_sha256(path) != hashes[name]:
+            raise TrainingStateError(f"{path}: corrupted (sha256 differs from {folder / STATE_FILE})")
+    return payload
 
 
 def load_training_state(out_dir: Path, state: TrainingState) -> dict[str, Any] | None:
     """Restore the newest training state of ``out_dir`` into ``state``; return its ``state.json``.
 
-    Returns None when the run has no complete training state yet.
+    Every file is verified (:func:`verify_training_state`) before any tensor is read. Returns None
+    when the run has no complete training state yet.
+
+    Raises:
+        TrainingStateError: a corrupted or missing file, non-finite values, or a state that does not fit
+            the live objects (another policy or optimizer); the message names the file.
     """
-    payload = read_state_meta(out_dir)
-    if payload is None:
+    step = read_pointer(out_dir / STATE_DIR)
+    if step is None:
         return None
-    folder = out_dir / STATE_DIR / step_name(int(payload["step"]))
+    folder = out_dir / STATE_DIR / step_name(step)
+    payload = verify_training_state(folder, step)
     for name, component in state.components.items():
         if name not in payload["components"]:
-            raise ConfigError(f"{folder}: no saved '{name}' state (was the run started with other settings?)")
-        component.load_state_dict(load_state_dict(folder, name, payload["components"][name]))
-    rng = load_file(str(folder / "rng.safetensors"))
-    for name, gen in state.generators.items():
-        gen.set_state(rng[f"generator.{name}"])
-    torch.set_rng_state(rng["torch_cpu"])
-    if "torch_cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["torch_cuda"])
-    state.set_numpy_state(payload["numpy_rng"])
+            raise TrainingStateError(
+                f"{folder}: no saved '{name}' state (was the run started with other settings?)"
+            )
+        path = folder / f"{name}.safetensors"
+        tensors = _load_finite(path)
+        with _naming(path, "does not fit this run"):
+            component.load_state_dict(join_tensors(payload["components"][name], tensors))
+    path = folder / "rng.safetensors"
+    rng = _load_finite(path)
+    with _naming(path, "does not fit this run"):
+        for name, gen in state.generators.items():
+            gen.set_state(rng[f"generator.{name}"])
+        torch.set_rng_state(rng["torch_cpu"])
+        if "torch_cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["torch_cuda"])
+    with _naming(folder / STATE_FILE, "numpy_rng does not fit this run"):
+        state.set_numpy_state(payload["numpy_rng"])
     return payload
+
+
+@contextmanager
+def _naming(path: Path, problem: str) -> Iterator[None]:
+    """Turn an error while reading ``path`` or loading what it holds into one line naming it."""
+    try:
+        yield
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        detail = (str(exc).splitlines() or [""])[0][:200]
+        raise TrainingStateError(f"{path}: {problem} ({type(exc).__name__}: {detail})") from exc
+
+
+def _load_finite(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a (verified) safetensors file; non-finite floating values are refused."""
+    with _naming(path, "unreadable"):
+        tensors = load_file(str(path))
+    bad = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise TrainingStateError(f"{path}: non-finite values (nan/inf) in {', '.join(sorted(bad)[:5])}")
+    return tensors

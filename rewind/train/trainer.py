@@ -1,5 +1,9 @@
 """The training loop: AdamW + warm-up/cosine schedule + EMA, validation on held-out episodes, metrics
-through :mod:`rewind.metrics`, policy weights and training state every ``save_every`` steps."""
+through :mod:`rewind.metrics`, policy weights and training state every ``save_every`` steps.
+
+A non-finite loss or gradient norm stops the run (:class:`TrainingDivergedError`, naming the first such
+step) before anything after it is logged or saved, so the last good weights and training state stay
+the newest. Every save is read back and verified before it becomes the newest."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +30,14 @@ from rewind.train.data import TrainData, load_data, to_torch_batch
 from rewind.train.init import load_init
 from rewind.train.state import (
     STATE_DIR,
+    STATE_FILE,
     WEIGHTS_DIR,
     TrainingState,
+    TrainingStateError,
     atomic_dir,
     clean_temporaries,
     load_training_state,
+    read_pointer,
     read_state_meta,
     save_training_state,
     step_name,
@@ -45,6 +52,11 @@ log = logging.getLogger(__name__)
 #: Config keys that may change when a run is resumed (everything else must match the saved run).
 RESUMABLE_CHANGES = ("out_dir", "resume", "progress", "device", "num_threads", "wandb", "compile")
 RESUMABLE_TRAIN_CHANGES = ("steps", "save_every", "val_every", "log_every")
+
+
+class TrainingDivergedError(ConfigError):
+    """The loss or gradient norm became non-finite (nan/inf); the message names the first such step and
+    the last good save. Reported as one line (exit status 2) by ``rewind-train``."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -137,7 +149,11 @@ class Trainer:
         if meta is None:
             log.info("resume: no training state in %s yet; starting at step 0", self.out_dir)
             return
-        changed = changed_keys(meta["resume_signature"], as_json(resume_signature(self.cfg)))
+        saved = meta.get("resume_signature")
+        if not isinstance(saved, dict):
+            folder = self.out_dir / STATE_DIR / step_name(int(meta["step"]))
+            raise TrainingStateError(f"{folder / STATE_FILE}: 'resume_signature' is missing or not an object")
+        changed = changed_keys(saved, as_json(resume_signature(self.cfg)))
         if changed:
             raise ConfigError(
                 f"resume: config differs from the saved run in {', '.join(changed)} "
@@ -154,6 +170,7 @@ class Trainer:
         weights_root = self.out_dir / WEIGHTS_DIR
         with atomic_dir(weights_root / name) as tmp, self._averaged() as model:
             policy_api.save_weights(model, tmp, self._weights_meta())
+        policy_api.verify_weights(weights_root / name)  # read back before it becomes the newest
         write_pointer(weights_root, self.step)
         meta = {"resume_signature": as_json(resume_signature(self.cfg)), "config": self._config_dict()}
         save_training_state(self.out_dir, self.step, self.training_state(), meta)
@@ -244,21 +261,30 @@ class Trainer:
         bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
         window = _Window(self.step, self.device)
         val_loss = None
-        while self.step < end:
-            loss, grad_norm = self.train_step()
-            window.add(loss, grad_norm)
-            bar.update(1)
-            if self.step % t.log_every == 0 or self.step == t.steps:
-                record = window.flush(self.step, t.batch_size, self.optimizer.param_groups[0]["lr"])
-                metrics.log(record, step=self.step)
-                bar.set_postfix(loss=f"{record['train/loss']:.4g}")
-            if (t.val_every and self.step % t.val_every == 0) or self.step == t.steps:
-                val_loss = self.validate()
-                if val_loss is not None:
-                    metrics.log({"val/loss": val_loss}, step=self.step)
-            if self.step % t.save_every == 0 or self.step == t.steps:
-                self.save()
-        bar.close()
+        try:
+            while self.step < end:
+                loss, grad_norm = self.train_step()
+                window.add(loss, grad_norm, self.step)
+                bar.update(1)
+                last = self.step == t.steps
+                log_now = self.step % t.log_every == 0 or last
+                val_now = bool(t.val_every and self.step % t.val_every == 0) or last
+                save_now = self.step % t.save_every == 0 or last
+                if log_now or val_now or save_now:
+                    window.check_finite(self._diverged)  # one host sync; nothing non-finite goes out
+                if log_now:
+                    record = window.flush(self.step, t.batch_size, self.optimizer.param_groups[0]["lr"])
+                    metrics.log(record, step=self.step)
+                    bar.set_postfix(loss=f"{record['train/loss']:.4g}")
+                if val_now:
+                    val_loss = self.validate()
+                    if val_loss is not None:
+                        metrics.log({"val/loss": val_loss}, step=self.step)
+                if save_now:
+                    self.save()
+            window.check_finite(self._diverged)
+        finally:
+            bar.close()
         return {
             "policy": self.cfg.policy_name,
             "steps": self.step,
@@ -270,8 +296,24 @@ class Trainer:
         }
 
 
+    def _diverged(self, what: str, step: int) -> TrainingDivergedError:
+        """The error for a non-finite ``what`` first seen at ``step``, naming the last good save."""
+        saved = read_pointer(self.out_dir / STATE_DIR)
+        kept = (
+            f"the last good policy weights and training state are {step_name(saved)} in {self.out_dir} "
+            "(resume=true continues from there)"
+            if saved is not None
+            else f"nothing was saved in {self.out_dir}"
+        )
+        return TrainingDivergedError(
+            f"training stopped: non-finite {what} (nan/inf) at step {step}; {kept}. Check the data for "
+            "nan/inf values or lower train.lr"
+        )
+
+
 class _Window:
-    """Running sums of the training metrics between two log lines."""
+    """Running sums of the training metrics between two log lines, and the first step whose loss or
+    gradient norm was non-finite (kept on the device: no host sync per step)."""
 
     def __init__(self, step: int, device: torch.device) -> None:
         self.device = device
@@ -280,12 +322,25 @@ class _Window:
         self.n = 0
         self.last_loss: float | None = None
         self.start_step, self.start_time = step, time.perf_counter()
+        self.bad_loss = torch.full((), -1, dtype=torch.long, device=device)
+        self.bad_grad = torch.full((), -1, dtype=torch.long, device=device)
 
-    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Accumulate one step on the device (no host sync until :meth:`flush`)."""
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, step: int) -> None:
+        """Accumulate step ``step`` on the device (no host sync until :meth:`flush`)."""
+        grad_norm = grad_norm.to(self.device)
         self.loss_sum = self.loss_sum + loss
-        self.grad_sum = self.grad_sum + grad_norm.to(self.device)
+        self.grad_sum = self.grad_sum + grad_norm
         self.n += 1
+        self.bad_loss = torch.where((self.bad_loss < 0) & ~torch.isfinite(loss), step, self.bad_loss)
+        self.bad_grad = torch.where((self.bad_grad < 0) & ~torch.isfinite(grad_norm), step, self.bad_grad)
+
+    def check_finite(self, error: Callable[[str, int], Exception]) -> None:
+        """Raise ``error(what, step)`` when a loss or gradient norm added so far was non-finite."""
+        bad_loss, bad_grad = int(self.bad_loss), int(self.bad_grad)
+        if bad_loss >= 0 and (bad_grad < 0 or bad_loss <= bad_grad):
+            raise error("loss", bad_loss)
+        if bad_grad >= 0:
+            raise error("gradient norm", bad_grad)
 
     def flush(self, step: int, batch_size: int, lr: float) -> dict[str, float]:
         """The window's mean loss and gradient norm, the lr and the throughput; then start a new window."""
