@@ -175,3 +175,26 @@ def test_encoders_shapes_and_seeded_crops() -> None:
         assert out.shape == (B, enc.out_dim) and enc.out_dim == 2 * 8 + 16
         assert torch.equal(out, enc(obs, torch_generator(0)))
         assert not torch.equal(out, enc(obs, torch_generator(1)))
+
+
+def test_make_config_checks_field_types_of_a_loaded_mapping() -> None:
+    """A config read from JSON can hold any value: each must fit its field's annotation."""
+    from rewind.policies.registry import make_config
+
+    cases = [
+        ("diffusion", {"horizon": "8"}, "horizon must be int; got '8' (str)"),
+        ("diffusion", {"horizon": 8.0}, "horizon must be int; got 8.0 (float)"),
+        ("flow", {"clip_sample": 1}, "clip_sample must be bool; got 1 (int)"),
+        ("flow", {"obs_clip": "5"}, "obs_clip must be a finite number or null; got '5' (str)"),
+        ("act", {"dropout": float("nan")}, "dropout must be a finite number; got nan (float)"),
+        ("act", {"image_keys": ["rgb", 3]}, "image_keys must be a list of str; got ['rgb', 3] (list)"),
+        ("diffusion", {"num_inference_steps": [3]}, "num_inference_steps must be int or null; got [3]"),
+    ]
+    for name, fields, message in cases:
+        with pytest.raises(ValueError) as caught:
+            make_config(name, fields)
+        assert message in str(caught.value)
+    with pytest.raises(ValueError, match="config must be a mapping of fields; got list"):
+        make_config("flow", [1, 2])
+    cfg = make_config("diffusion", {"down_dims": [16, 32], "horizon": 8, "n_action_steps": 4, "beta_end": 1})
+    assert cfg.down_dims == (16, 32) and cfg.beta_end == 1  # lists for tuples, ints for floats
