@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewind.cli.app import hydra_command
-from rewind.teleop import TeleopConfig, run_teleop
+from rewind.utils.render import guard_command
+
+guard_command("rewind-teleop")  # MUJOCO_GL: chosen (or checked) before mujoco is imported, which reads it
+
+from rewind.cli.app import hydra_command  # noqa: E402
+from rewind.teleop import TeleopConfig, run_teleop  # noqa: E402
 
 
 @hydra_command(config_name="teleop")

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from rewind.eval.rollout import EpisodeRecord
-from rewind.eval.video import annotate, write_video
+from rewind.eval.video import annotate, require_rendering, write_video
 from rewind.store import ReplayStore
 from rewind.store.store import EpisodeWriter
 
@@ -21,6 +21,7 @@ class VideoRecorder:
     """
 
     def __init__(self, folder: Path, seeds: set[int], fps: int = 20) -> None:
+        require_rendering()  # one line naming the fix, not a GL traceback at the first frame
         self.folder, self.seeds, self.fps = Path(folder), set(seeds), fps
         self._frames: dict[int, list[np.ndarray]] = {}
         self._seed: dict[int, int] = {}

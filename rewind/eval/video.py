@@ -15,6 +15,20 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rewind.utils.render import RenderBackendError, ensure_headless_gl
+
+
+def require_rendering() -> str:
+    """The OpenGL backend videos are rendered with (call before the first frame).
+
+    Raises:
+        RenderBackendError: none works; the message names ``video.episodes`` and the fix.
+    """
+    try:
+        return ensure_headless_gl()
+    except RenderBackendError as exc:
+        raise RenderBackendError(f"video.episodes needs OpenGL rendering: {exc} (or video.episodes=0)") from None
+
 
 @functools.lru_cache(maxsize=64)
 def text_bitmap(text: str, height: int = 18) -> np.ndarray:

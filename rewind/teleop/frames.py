@@ -8,6 +8,7 @@ was too slow to send, so a slow client never builds up latency.
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any, Generic, TypeVar
 import mujoco
 import numpy as np
 from PIL import Image
+
+from rewind.utils.render import FIX, GL_ENV, RenderBackendError
 
 T = TypeVar("T")
 
@@ -64,7 +67,11 @@ class FrameRenderer:
     def render(self, camera: str) -> np.ndarray:
         """The RGB image of ``camera`` now."""
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.base.model, self.size, self.size)
+            try:
+                self._renderer = mujoco.Renderer(self.base.model, self.size, self.size)
+            except Exception as exc:  # mujoco.FatalError, ImportError: no usable OpenGL
+                gl = os.environ.get(GL_ENV) or "unset (GLFW, which needs a display)"
+                raise RenderBackendError(f"cannot render: MUJOCO_GL={gl} ({exc}); {FIX}") from exc
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = self.shadows
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = self.reflections
         self._renderer.update_scene(self.base.data, camera=camera)
