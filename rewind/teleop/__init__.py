@@ -6,6 +6,8 @@ in on an alarm, rewind, correct, and record every step with its label.
 * :mod:`rewind.teleop.controls`: key bindings and the person's input;
 * :mod:`rewind.teleop.loop`: :class:`SimLoop`, the simulation thread (control rate, frames, state);
 * :mod:`rewind.teleop.server`: :class:`TeleopServer`, the page, MJPEG stream and JSON API;
+* :mod:`rewind.teleop.guard`: what the server refuses (foreign Host/Origin, bad bodies, slow clients,
+  too many connections);
 * :mod:`rewind.teleop.app`: building it all from a :class:`TeleopConfig`.
 
 See ``docs/teleop.md``.

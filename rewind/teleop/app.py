@@ -20,7 +20,7 @@ from rewind.monitor.setup import MonitorConfig, load_monitor
 from rewind.policies.base import ActionChunkPolicy
 from rewind.policies.io import weights_hash
 from rewind.store import ReplayStore
-from rewind.teleop.config import TeleopConfig, TrackingConfig
+from rewind.teleop.config import TOKEN_ENV, TeleopConfig, TrackingConfig
 from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer
@@ -28,6 +28,7 @@ from rewind.teleop.session import TeleopSession
 from rewind.train import policy_api
 from rewind.train.trainer import resolve_device
 from rewind.utils.io import atomic_write_json
+from rewind.utils.render import ensure_headless_gl
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +77,42 @@ def build_session(cfg: TeleopConfig) -> TeleopSession:
     return session
 
 
+class TeleopCrashed(RuntimeError):
+    """The simulation thread died: ``rewind-teleop`` exits non-zero (its traceback is in the log)."""
+
+
+def _announce(cfg: TeleopConfig, server: TeleopServer) -> None:
+    """Write ``server.json`` and log the page's address (never the token: logs are files)."""
+    atomic_write_json(Path(cfg.out_dir) / SERVER_FILE, {"url": server.base_url, "host": cfg.host,
+                      "port": server.port, "token_required": server.token is not None})  # fmt: skip
+    if server.token is None:
+        log.info("teleop page: %s  (Ctrl-C to stop)", server.base_url)
+        return
+    where = {"token": "token=", "token_file": f"token_file={cfg.token_file}"}.get(cfg.token_source, cfg.token_source)
+    log.info("teleop page: %s?token=TOKEN  (TOKEN: the one from %s, not shown here; Ctrl-C to stop)",
+             server.base_url, where)  # fmt: skip
+
+
 def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
-    """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` committed episodes."""
+    """Run the simulation loop and the server until Ctrl-C or ``cfg.max_episodes`` committed episodes.
+
+    Raises:
+        ConfigError: the address cannot be bound, or nothing can be rendered.
+        TeleopCrashed: the simulation thread died (the unfinished episode was written as a failure).
+    """
     v = cfg.view
     renderer = FrameRenderer(session.episode.base, v.image_size, v.jpeg_quality, v.shadows, v.reflections)
     loop = SimLoop(session, cfg.control_hz, renderer)
-    loop.start()
-    server = TeleopServer(loop, cfg.host, cfg.port, cfg.token)
+    server = TeleopServer(loop, cfg.host, cfg.port, cfg.token, cfg.request_timeout_s, cfg.max_connections)
+    try:
+        loop.start()
+    except BaseException:
+        server.stop()
+        raise
     url = server.start()
-    atomic_write_json(
-        Path(cfg.out_dir) / SERVER_FILE,
-        {"url": url, "host": cfg.host, "port": server.httpd.server_address[1]},
-    )
-    log.info("teleop page: %s  (Ctrl-C to stop)", url)
     state: dict[str, Any] = {}
     try:
+        _announce(cfg, server)
         while loop.alive:
             state = loop.states.wait_newer(loop.states.get()[0], timeout=0.5)[1] or state
             if cfg.max_episodes is not None and state.get("committed", 0) >= cfg.max_episodes:
@@ -101,13 +123,25 @@ def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
         server.stop()
         loop.stop()
         session.close()
+    if loop.fatal is not None:
+        kept = f"written as episode {loop.salvaged['id']} (failure)" if loop.salvaged else "nothing to write"
+        raise TeleopCrashed(f"the teleop simulation thread crashed ({loop.fatal}); unfinished episode: {kept}")
     state = loop.states.get()[1] or state
     return {"url": url, "store": str(cfg.store), "committed": state.get("committed", 0),
             "discarded": state.get("discarded", 0), "last_commit": state.get("last_commit")}  # fmt: skip
 
 
 def run_teleop(cfg: TeleopConfig) -> dict[str, Any]:
-    """Entry point of ``rewind-teleop``."""
+    """Entry point of ``rewind-teleop``.
+
+    Raises:
+        ConfigError: no OpenGL backend renders (:func:`rewind.utils.render.ensure_headless_gl`),
+            the address cannot be bound, or an invalid setting.
+    """
+    ensure_headless_gl()
+    if cfg.token_source == "token":
+        log.warning("token= on the command line is visible to every local user in the process list; "
+                    "prefer %s=... or token_file=PATH", TOKEN_ENV)  # fmt: skip
     if cfg.view.render_threads is not None:  # before any GL context exists (the env's rgb renderer too)
         os.environ.setdefault("LP_NUM_THREADS", str(cfg.view.render_threads))
     threads = torch.get_num_threads()

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, require
+from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig
 from rewind.monitor.runner import REWIND_MODES
 from rewind.teleop.controls import ControlSettings
-from rewind.teleop.server import check_binding
+from rewind.teleop.guard import check_binding
 from rewind.teleop.session import SessionSettings
 from rewind.train.config import DEVICES
+
+log = logging.getLogger(__name__)
+
+#: Environment variable the token is read from when neither ``token`` nor ``token_file`` is set.
+TOKEN_ENV = "REWIND_TELEOP_TOKEN"
 
 
 @dataclass
@@ -85,7 +93,13 @@ class TeleopConfig(CommandConfig):
         calibration: calibration folder from ``rewind-calibrate`` (``calibration.json`` and, when
             present, the checkpoint library); ``null``: no monitor, no alarms.
         host / port: where the server listens (port 0: any free port).
-        token: secret every request must carry; mandatory when ``host`` is not loopback.
+        token: secret every request must carry; mandatory when ``host`` is not loopback. Prefer
+            ``token_file`` or the ``REWIND_TELEOP_TOKEN`` environment variable: a ``token=`` on the
+            command line is visible to every local user in the process list. Never logged.
+        token_file: file holding the token (its first line; keep it mode 0600).
+        request_timeout_s: seconds a client has to send a whole request (headers and body), and to
+            take each write of a stream; slower clients are disconnected.
+        max_connections: connections served at once (the page holds 2-3); more get 503.
         seed: env seed of the first episode (episode ``i`` uses ``seed + i``).
         round: the ``round`` recorded with each committed episode.
         device / num_threads: policy device (``auto``, ``cpu``, ``cuda``, ``mps``), torch threads.
@@ -108,6 +122,9 @@ class TeleopConfig(CommandConfig):
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None
+    token_file: str | None = None
+    request_timeout_s: float = 10.0
+    max_connections: int = 32
     seed: int = 0
     round: int = 0
     device: str = "cpu"
@@ -127,7 +144,15 @@ class TeleopConfig(CommandConfig):
     def __post_init__(self) -> None:
         require(bool(self.store), "store must be a folder path (the replay store episodes are written to)")
         require(0 <= self.port <= 65535, f"port must be in [0, 65535]; got {self.port}")
+        self.token, self.token_source = resolve_token(self.token, self.token_file)
         check_binding(self.host, self.token)
+        require(
+            0.5 <= self.request_timeout_s <= 600,
+            f"request_timeout_s must be in [0.5, 600]; got {self.request_timeout_s}",
+        )
+        require(
+            1 <= self.max_connections <= 1024, f"max_connections must be in [1, 1024]; got {self.max_connections}"
+        )
         require(
             self.seed >= 0 and self.round >= 0, f"seed and round must be >= 0; got {self.seed}, {self.round}"
         )
@@ -156,3 +181,31 @@ class TeleopConfig(CommandConfig):
             start_paused=self.start_paused, step_when_idle=self.step_when_idle,
             pre_intervention_steps=self.pre_intervention_steps,
         )  # fmt: skip
+
+
+def resolve_token(token: str | None, token_file: str | None) -> tuple[str | None, str]:
+    """``(token, where it came from)``: ``token``, else the first line of ``token_file``, else the
+    environment variable :data:`TOKEN_ENV`; ``(None, "")`` when none is set. Messages never contain
+    the token."""
+    require(not (token and token_file), "set token= or token_file=, not both")
+    source = "token"
+    if token_file:
+        path, source = Path(token_file).expanduser(), "token_file"
+        require(path.is_file(), f"token_file does not exist or is not a file: {token_file}")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"token_file {token_file} cannot be read ({type(exc).__name__})") from exc
+        token = lines[0].strip() if lines else ""
+        require(bool(token), f"token_file {token_file} is empty (its first line is the token)")
+        if path.stat().st_mode & 0o077:
+            log.warning("token_file %s is readable by other users: chmod 600 it", token_file)
+    elif not token and os.environ.get(TOKEN_ENV):
+        token, source = os.environ[TOKEN_ENV].strip(), TOKEN_ENV
+    if not token:
+        return None, ""
+    require(
+        token.isascii() and token.isprintable() and not any(c.isspace() for c in token),
+        f"{source}: the token must be printable ASCII without spaces",
+    )
+    return token, source

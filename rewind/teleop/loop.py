@@ -5,6 +5,11 @@ commands through :meth:`SimLoop.submit` (executed between control steps, as soon
 and read what it publishes: the latest JPEG :class:`~rewind.teleop.frames.Frame` and the latest
 session state. Frames are rendered after every step and after every command that changed something;
 while paused nothing is rendered.
+
+Errors: a failed control step, command or publication pauses the session with the error in its state
+(``error``, shown on the page); the episode is kept. Should the thread itself die, the unfinished
+episode is written to the store as a ``failure`` (``extra.ended_by = "crash"``) and :attr:`SimLoop.fatal`
+says why (``rewind-teleop`` then exits non-zero).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from rewind.monitor.runner import StepResult
 from rewind.teleop.frames import Frame, FrameRenderer, Latest
 from rewind.teleop.session import TeleopCommandError, TeleopSession
+from rewind.utils.render import RenderBackendError
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +60,25 @@ class SimLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="teleop-sim", daemon=True)
         self._in_command, self._published, self._next, self._last_step = False, -1, 0.0, -1.0
+        self.fatal: str | None = None  # why the simulation thread ended, when it crashed
+        self.salvaged: dict[str, Any] | None = None  # the unfinished episode it then wrote
+        self._start_error: BaseException | None = None
         session.input.listener = self._wake
 
     # ----------------------------------------------------------------- other threads
     def start(self) -> None:
-        """Start the simulation thread; returns once the first frame is published."""
+        """Start the simulation thread; returns once the first frame is published.
+
+        Raises:
+            RenderBackendError: the first frame could not be rendered (no working OpenGL).
+            RuntimeError: the thread died before its first frame (see the log).
+        """
         self._thread.start()
         self.frames.wait_newer(0, timeout=60.0)
         if not self._thread.is_alive():
-            raise RuntimeError("the teleop simulation thread failed to start (see the log)")
+            if isinstance(self._start_error, RenderBackendError):
+                raise self._start_error
+            raise RuntimeError(f"the teleop simulation thread failed to start: {self.fatal} (see the log)")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop stepping and wake every waiting stream."""
@@ -103,7 +119,7 @@ class SimLoop:
     def _run(self) -> None:
         self.session.step_hook = self._after_step
         try:
-            self._publish()
+            self._first_frame()
             self._next = time.monotonic()
             while not self._stop.is_set():
                 if self._serve_until(self._next):  # woken by input with a step due: step now
@@ -112,19 +128,32 @@ class SimLoop:
                 self._next += self.period
                 if self._next < time.monotonic() - self.period:  # fell behind: no burst to catch up
                     self._next = time.monotonic()
-        except Exception:
-            log.exception("teleop simulation thread crashed")
-            raise
+        except Exception as exc:  # noqa: BLE001 - the thread ends; the command exits non-zero
+            if isinstance(exc, RenderBackendError):  # start() reports it in one line
+                log.debug("teleop: no first frame", exc_info=True)
+            else:
+                log.exception("teleop simulation thread crashed")
+            self.fatal = f"{type(exc).__name__}: {exc}"
+            self.salvaged = self.session.salvage(f"simulation thread crashed: {self.fatal}")
+            self.frames.close()  # nothing more will come: wake start() and the streams
+            self.states.close()
         finally:
             self.session.step_hook = None
             self.renderer.close()
+
+    def _first_frame(self) -> None:
+        try:
+            self._publish_now("")
+        except Exception as exc:
+            self._start_error = exc
+            raise
 
     def _tick(self) -> None:
         try:
             self.session.tick()
         except Exception as exc:  # noqa: BLE001 - keep the server usable; the person sees the reason
             log.exception("teleop: a control step failed")
-            self.session.pause(f"internal error in a control step: {exc!r}")
+            self.session.report_error(f"internal error in a control step: {exc!r}")
         if self.session.version != self._published:
             self._publish()
 
@@ -172,6 +201,24 @@ class SimLoop:
             self._next = max(self._next, time.monotonic()) + self.period
 
     def _publish(self, source: str = "") -> None:
+        """Publish the frame and the state; a failure pauses the session with the error shown (the
+        state is then published without a new frame, or, when the state itself fails, a copy of the
+        last one with the error)."""
+        try:
+            self._publish_now(source)
+        except Exception as exc:  # noqa: BLE001 - the session survives; the person sees the reason
+            log.exception("teleop: publishing the frame or state failed")
+            self.session.report_error(f"internal error while publishing the state: {exc!r}")
+            try:
+                state = self.session.state()
+            except Exception:  # noqa: BLE001
+                last = self.states.get()[1] or {}
+                state = {**last, "version": self.session.version, "mode": "paused",
+                         "reason": self.session.reason, "error": self.session.error}  # fmt: skip
+            self.states.publish(state)
+            self._published = self.session.version
+
+    def _publish_now(self, source: str) -> None:
         s = self.session
         jpeg = self.renderer.jpeg(s.camera)
         self.frames.publish(Frame(jpeg, s.episode.step_count, s.input_seq, source, time.monotonic()))

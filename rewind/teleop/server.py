@@ -10,56 +10,50 @@ Routes (all but the page's static JS/CSS need the token when the server has one:
     POST /api/command     {"cmd": NAME, ...args} -> {"ok": true, "state": ...} | 400 {"error": ...}
     POST /api/input       {"keys": [codes], "axes": [dx, dy, dz, dyaw]} -> {"seq": n}
 
-The server binds ``127.0.0.1`` by default; another address is refused without a token. POSTs must be
-JSON from the server's own origin, so a page of another site open in the same browser cannot send
-commands to it.
+The server binds ``127.0.0.1`` by default (an IPv6 address such as ``::1`` binds an IPv6 socket);
+another address is refused without a token. What it refuses (foreign ``Host``/``Origin``, non-JSON
+or oversized POSTs, slow clients, too many connections) is in :mod:`rewind.teleop.guard` and the
+threat model in docs/teleop.md. Errors are JSON ``{"error": ...}``; the token is never logged.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
+import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from rewind.config import ConfigError
 from rewind.teleop.controls import COMMAND_KEYS, KEY_HELP, MOVE_KEYS, PRECISE_KEYS
 from rewind.teleop.frames import Frame
+from rewind.teleop.guard import (
+    LOOPBACK_HOSTS,
+    MAX_BODY,
+    DeadlineReader,
+    RequestRefused,
+    bind_server,
+    body_length,
+    check_binding,
+    cross_site_refusal,
+    drain_before_close,
+    loopback_refusal,
+)
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+__all__ = ["LOOPBACK_HOSTS", "MAX_BODY", "TeleopServer", "check_binding", "cross_site_refusal", "static_files"]
+
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}  # fmt: skip
 BOUNDARY = "rewindframe"
-MAX_BODY = 64 * 1024
-
-
-def check_binding(host: str, token: str | None) -> None:
-    """Refuse to serve on a non-loopback address without a token."""
-    if host not in LOOPBACK_HOSTS and not token:
-        raise ConfigError(
-            f"host={host} exposes the teleop server beyond this machine: set token=SECRET "
-            f"(or keep host=127.0.0.1)"
-        )
-
-
-def cross_site_refusal(headers: Any) -> str | None:
-    """Why a POST must be refused, or ``None``. Commands must be JSON (so another site's page cannot
-    send them without a CORS preflight, which this server never grants) and, when the browser names
-    the page's origin, come from this server's own page."""
-    if (headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
-        return "POST bodies must be sent as Content-Type: application/json"
-    origin = headers.get("Origin")
-    if origin and urlsplit(origin).netloc != headers.get("Host"):
-        return f"cross-origin request refused (origin {origin})"
-    return None
+_TOKEN_IN_TEXT = re.compile(r"(token=)[^&\s\"]*", re.IGNORECASE)
 
 
 def static_files() -> dict[str, bytes]:
@@ -76,38 +70,61 @@ class TeleopServer:
     Args:
         loop: the running simulation; host / port: where to listen (port 0: any free port).
         token: required from every request when set (mandatory off loopback).
+        request_timeout: seconds a client has to send a whole request, and to take each stream write.
+        max_connections: connections served at once; more are answered 503.
+
+    Raises:
+        ConfigError: the address cannot be bound (port in use, unknown host).
     """
 
     def __init__(
-        self, loop: SimLoop, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+        self,
+        loop: SimLoop,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        token: str | None = None,
+        request_timeout: float = 10.0,
+        max_connections: int = 32,
     ) -> None:
+        host = host.strip("[]")
         check_binding(host, token)
-        self.loop, self.token = loop, token or None
+        self.loop, self.token, self.request_timeout = loop, token or None, float(request_timeout)
         self.static = static_files()
         self.stopping = threading.Event()
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = bind_server(host, port, _Handler, max_connections)
         self.httpd.app = self  # type: ignore[attr-defined]
+        self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="teleop-http", daemon=True)
 
     @property
+    def base_url(self) -> str:
+        """The page's URL without the token (safe to log)."""
+        host = str(self.httpd.server_address[0])
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}/"
+
+    @property
     def url(self) -> str:
-        """The page's URL (with the token)."""
-        host, port = self.httpd.server_address[:2]
-        host = f"[{host}]" if ":" in str(host) else host
-        return f"http://{host}:{port}/" + (f"?token={quote(self.token, safe='')}" if self.token else "")
+        """The page's URL with the token: a secret, never log it."""
+        return self.base_url + (f"?token={quote(self.token, safe='')}" if self.token else "")
+
+    @property
+    def active_connections(self) -> int:
+        """Connections being served now (streams included)."""
+        return self.httpd.active_connections
 
     def start(self) -> str:
-        """Serve in the background; returns :attr:`url`."""
+        """Serve in the background; returns :attr:`base_url`."""
         self._thread.start()
-        return self.url
+        return self.base_url
 
     def stop(self) -> None:
         """Stop serving and end the open streams."""
         self.stopping.set()
         self.loop.frames.close()
         self.loop.states.close()
-        self.httpd.shutdown()
+        if self._thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()
 
     def authorized(self, headers: Any, query: dict[str, list[str]]) -> bool:
@@ -129,7 +146,9 @@ class TeleopServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """One request; streams (MJPEG, SSE) hold their thread until the client leaves or the server stops."""
+    """One connection; streams (MJPEG, SSE) hold their thread until the client leaves or the server
+    stops. A request must arrive whole within the server's request timeout; a refused POST's body is
+    not read, so its connection is closed after the answer."""
 
     protocol_version = "HTTP/1.1"
     server_version = "rewind-teleop"
@@ -138,20 +157,42 @@ class _Handler(BaseHTTPRequestHandler):
     def app(self) -> TeleopServer:
         return self.server.app  # type: ignore[attr-defined]
 
+    def setup(self) -> None:
+        self.timeout = self.app.request_timeout
+        super().setup()
+        self.rfile.close()  # the stdlib's reader: replaced by one with a deadline per request
+        self.reader = DeadlineReader(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        self.reader.start()
+        self.body_done = True
+        super().handle_one_request()
+
+    def finish(self) -> None:
+        if not self.body_done:
+            drain_before_close(self.connection)
+        super().finish()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
-        log.debug("%s %s", self.address_string(), format % args)
+        log.debug("%s %s", self.address_string(), _TOKEN_IN_TEXT.sub(r"\1***", format % args))
 
     def _route(self) -> tuple[str, dict[str, list[str]]] | None:
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
+        refused = loopback_refusal(self.headers, self.app.port, self.app.base_url) if self.app.token is None else None
+        if refused is not None:
+            self._json(refused.status, {"error": str(refused)})
+            return None
         public = self.command == "GET" and parts.path.startswith("/static/")  # the page's own JS/CSS
         if not public and not self.app.authorized(self.headers, query):
-            self._send(403, b"forbidden: missing or wrong token (open the URL printed by rewind-teleop)\n",
-                       "text/plain; charset=utf-8")  # fmt: skip
+            self._json(403, {"error": "forbidden: missing or wrong token (open the page with ?token=...)"})
             return None
         return parts.path, query
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        self.reader.stop()
+        self.body_done = self.headers.get("Content-Length") in (None, "0") and "Transfer-Encoding" not in self.headers
         routed = self._route()
         if routed is None:
             return
@@ -173,19 +214,29 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/events":
             self._stream_states()
         else:
-            self._json(404, {"error": f"no such page: {path}"})
+            self._json(404, {"error": f"no such page: {path[:200]}"})
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+        self.body_done = False
         routed = self._route()
         if routed is None:
             return
         path, _ = routed
-        refused = cross_site_refusal(self.headers)
-        if refused:
-            self._json(403 if "origin" in refused else 415, {"error": refused})
-            return
         try:
+            refused = cross_site_refusal(self.headers)
+            if refused is not None:
+                raise refused
             body = self._read_json()
+        except RequestRefused as exc:
+            self._json(exc.status, {"error": str(exc)})
+            return
+        except TimeoutError:
+            self._json(408, {"error": f"request body not received within {self.app.request_timeout:g} s"})
+            return
+        self._answer_post(path, body)
+
+    def _answer_post(self, path: str, body: dict[str, Any]) -> None:
+        try:
             if path == "/api/command":
                 name = body.pop("cmd", None)
                 if not isinstance(name, str):
@@ -195,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
                 seq = self.app.loop.session.input.update(body.get("keys") or [], body.get("axes"))
                 self._json(200, {"seq": seq})
             else:
-                self._json(404, {"error": f"no such endpoint: {path}"})
+                self._json(404, {"error": f"no such endpoint: {path[:200]}"})
         except (TeleopCommandError, ValueError, TypeError) as exc:
             self._json(400, {"error": str(exc)})
         except TimeoutError as exc:
@@ -203,16 +254,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ----------------------------------------------------------------- helpers
     def _read_json(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise ValueError(f"request body too large ({length} bytes)")
-        raw = self.rfile.read(length) if length else b"{}"
+        """The POST's JSON object body (the whole request within the deadline).
+
+        Raises:
+            RequestRefused: a bad Content-Length (400/411/413), a short or non-JSON body (400).
+            TimeoutError: the body did not arrive in time.
+        """
+        length = body_length(self.headers)
+        raw = self.rfile.read(length) if length else b""
+        if len(raw) < length:
+            raise RequestRefused(400, f"request body ended after {len(raw)} of {length} bytes")
+        self.body_done = True
+        self.reader.stop()
         try:
             body = json.loads(raw or b"{}")
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"request body is not JSON ({exc})") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestRefused(400, f"request body is not JSON ({exc})") from exc
         if not isinstance(body, dict):
-            raise ValueError("request body must be a JSON object")
+            raise RequestRefused(400, "request body must be a JSON object")
         return body
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
@@ -220,6 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if not self.body_done:  # a body left unread: the connection cannot carry another request
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 

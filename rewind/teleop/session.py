@@ -17,7 +17,8 @@ Modes (:data:`MODES`)::
 
 Every executed step (policy, the ``recovery`` steps of a ``drive`` rewind, human) goes through one
 :class:`~rewind.monitor.recording.EpisodeRecording`; ``end`` commits it atomically to the store,
-``discard`` drops it. Nothing reaches the store before ``end``.
+``discard`` drops it. Nothing reaches the store before ``end``, except after a fatal error of the
+simulation thread: :meth:`TeleopSession.salvage` then writes the unfinished episode as a ``failure``.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class TeleopSession:
         self.episode_index, self.committed, self.discarded = -1, 0, 0
         self.last_commit: dict[str, Any] | None = None
         self.messages: deque[str] = deque(maxlen=12)
+        self.error: str | None = None  # the last internal error of this episode
         self._device = device
         self._start_episode()
 
@@ -161,6 +163,7 @@ class TeleopSession:
         self.recording = EpisodeRecording(self.settings.pre_intervention_steps)
         self.scores: deque[tuple[int, int, float, float]] = deque(maxlen=self.settings.score_history)
         self.alarms, self.last_alarm, self._score_seq = 0, None, 0
+        self.error = None
         self.grip, self._grip_settle = current_grip_command(self.episode.base), 0
         self.input.release()
         first = "human" if not self.has_policy else "autonomous"
@@ -183,14 +186,21 @@ class TeleopSession:
         """Pause with ``reason`` shown to the person (a front end's own trouble, say)."""
         self._set_mode("paused", reason)
 
+    def report_error(self, text: str) -> None:
+        """An internal error the session survives: pause and show ``text`` (state ``error``, until the
+        next episode); the episode is kept and can still be ended, discarded or rewound."""
+        self.error = text
+        if self.mode != "paused":
+            self._set_mode("paused", text)
+        else:
+            self.reason = text
+            self._note(text)
+
     def close(self) -> None:
         """End the session: an unfinished episode is dropped (it was never written)."""
         if len(self.recording):
-            log.warning(
-                "teleop: episode %d left unfinished: %d steps not written",
-                self.episode_index,
-                len(self.recording),
-            )
+            log.warning("teleop: episode %d left unfinished: %d steps not written",
+                        self.episode_index, len(self.recording))  # fmt: skip
 
     # ----------------------------------------------------------------- stepping
     def tick(self) -> StepResult | None:
@@ -327,24 +337,38 @@ class TeleopSession:
             raise TeleopCommandError(f"end: outcome must be one of [{', '.join(OUTCOMES)}]; got '{outcome}'")
         if not len(self.recording):
             raise TeleopCommandError("end: nothing to commit (no step taken yet); use discard")
-        log_ = self.episode.finish()
-        extra = {"teleop": True, "ended_by": "person", "env_success": self.episode.success,
-                 "alarms": self.alarms, "rewinds": log_.rewinds, "events": log_.events}  # fmt: skip
         try:
-            with ReplayStore.open_or_create(self.store_path, self.spec) as store:
-                info = self.recording.commit(store, outcome == "success", self.episode.log.seed,
-                                             self.policy_version, self.settings.round, extra)  # fmt: skip
+            self._commit(outcome, "person")
         except (StoreError, OSError) as exc:
             raise TeleopCommandError(f"end: commit failed, the episode is kept, try again ({exc})") from exc
-        self.committed += 1
-        self.last_commit = {
-            "id": info.id,
-            "outcome": outcome,
-            "length": info.length,
-            "labels": info.source_counts,
-        }
-        self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
         self._start_episode()
+
+    def _commit(self, outcome: str, ended_by: str, **extra: Any) -> None:
+        """Write the episode to the store as ``outcome`` (the next one is not started)."""
+        log_ = self.episode.finish()
+        extra = {"teleop": True, "ended_by": ended_by, "env_success": self.episode.success,
+                 "alarms": self.alarms, "rewinds": log_.rewinds, "events": log_.events, **extra}  # fmt: skip
+        with ReplayStore.open_or_create(self.store_path, self.spec) as store:
+            info = self.recording.commit(store, outcome == "success", self.episode.log.seed,
+                                         self.policy_version, self.settings.round, extra)  # fmt: skip
+        self.committed += 1
+        self.last_commit = {"id": info.id, "outcome": outcome, "length": info.length, "labels": info.source_counts}
+        self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
+
+    def salvage(self, reason: str) -> dict[str, Any] | None:
+        """After a fatal error: write the unfinished episode as a ``failure`` (``extra.ended_by`` is
+        ``crash``, ``extra.error`` the reason) so no executed step is lost; returns
+        :attr:`last_commit`, or ``None`` when there was nothing to write or the write failed."""
+        if not len(self.recording):
+            return None
+        try:
+            self._commit("failure", "crash", error=reason)
+        except Exception:  # noqa: BLE001 - already failing; say what is lost instead
+            log.exception("teleop: the unfinished episode %d (%d steps) could not be written",
+                          self.episode_index, len(self.recording))  # fmt: skip
+            return None
+        self.recording = EpisodeRecording(self.settings.pre_intervention_steps)
+        return self.last_commit
 
     def _cmd_discard(self) -> None:
         self.discarded += 1
@@ -389,5 +413,5 @@ class TeleopSession:
             "checkpoints": [{"index": i, "name": c.name, "step": c.step, "similarity": round(c.similarity, 3)}
                             for i, c in enumerate(ep.checkpoints)],
             "committed": self.committed, "discarded": self.discarded, "last_commit": self.last_commit,
-            "messages": list(self.messages),
+            "messages": list(self.messages), "error": self.error,
         }  # fmt: skip

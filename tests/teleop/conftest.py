@@ -1,10 +1,13 @@
 """Teleop tests share the train tests' helpers: a tiny diffusion policy trained on 4 Lift demos, and a
-calibration of it whose threshold is so small that the first monitor value raises an alarm."""
+calibration of it whose threshold is so small that the first monitor value raises an alarm; and a
+factory of in-process servers over a real simulation thread."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,9 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
 from _train_helpers import collect_lift_store, train_config  # noqa: E402
 
+from rewind.collect import store_spec_for  # noqa: E402
+from rewind.envs.config import EnvConfig, build_env  # noqa: E402
 from rewind.eval.runner import resolve_weights  # noqa: E402
 from rewind.monitor.conformal import Calibration  # noqa: E402
 from rewind.policies.io import weights_hash  # noqa: E402
+from rewind.teleop import SimLoop, TeleopServer, TeleopSession  # noqa: E402
+from rewind.teleop.frames import FrameRenderer  # noqa: E402
 from rewind.train import run_train  # noqa: E402
 
 SHORT_TRAIN = {
@@ -44,3 +51,26 @@ def alarm_calibration(tiny_weights: Path, tmp_path_factory: pytest.TempPathFacto
         score="tide", alpha=0.1, n=9, threshold=1e-12, weights_hash=weights_hash(tiny_weights), env="lift"
     ).save(folder)
     return folder
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., TeleopServer]]:
+    """``make_server(token=None, host="127.0.0.1", **server_kwargs)``: a real simulation thread
+    (pure-teleop Lift, 64x64 frames, store ``tmp_path/store``) behind a started server on a free port;
+    everything is stopped after the test."""
+    running: list[Any] = []
+
+    def make(token: str | None = None, host: str = "127.0.0.1", **kwargs: Any) -> TeleopServer:
+        env = build_env(EnvConfig(name="lift"))
+        session = TeleopSession(env, None, tmp_path / "store", store_spec_for(env))
+        loop = SimLoop(session, control_hz=20, renderer=FrameRenderer(env.unwrapped, size=64))
+        loop.start()
+        running.append(loop)
+        srv = TeleopServer(loop, host, 0, token=token, **kwargs)
+        srv.start()
+        running.append(srv)
+        return srv
+
+    yield make
+    for item in reversed(running):
+        item.stop()

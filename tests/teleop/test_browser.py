@@ -1,7 +1,7 @@
 """End to end in a real headless browser (Debian's chromium via Selenium, nothing downloaded).
 
 ``rewind-teleop`` serves a tiny Lift policy under a calibration that alarms at once, with auto-pause.
-The server has a token (the page passes it on to every request). The test opens the page, waits
+The server has a token, from ``REWIND_TELEOP_TOKEN`` (the page passes it on to every request). The test opens the page, waits
 for the alarm (paused), reloads the page (a new page attaches to the running session), rewinds by
 clicking the start checkpoint in ``drive`` mode, takes over with ``T``, holds ``D`` for a
 correction, ends the episode as a success, and reads the store back.
@@ -22,6 +22,7 @@ import pytest
 from rewind.store import ReplayStore
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+TOKEN = "e2e-secret"
 
 
 def _browser():  # noqa: ANN202 (selenium types)
@@ -46,8 +47,8 @@ def _start_server(tmp_path: Path, weights: Path, calibration: Path) -> tuple[sub
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"policy_path={weights}",
             f"calibration={calibration}", f"store={tmp_path / 'store'}", "port=0", f"out_dir={out}",
-            "max_episodes=1", "pre_intervention_steps=2", "num_threads=1", "token=e2e-secret"]  # fmt: skip
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa")}
+            "max_episodes=1", "pre_intervention_steps=2", "num_threads=1"]  # fmt: skip
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa"), "REWIND_TELEOP_TOKEN": TOKEN}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 90
     while not (out / "server.json").exists():
@@ -55,7 +56,9 @@ def _start_server(tmp_path: Path, weights: Path, calibration: Path) -> tuple[sub
             proc.kill()
             pytest.fail(f"rewind-teleop did not start:\n{proc.communicate()[0]}")
         time.sleep(0.2)
-    return proc, json.loads((out / "server.json").read_text())["url"]
+    info = json.loads((out / "server.json").read_text())
+    assert info["token_required"] and "token" not in info["url"]  # the token is in no file
+    return proc, info["url"] + f"?token={TOKEN}"
 
 
 @pytest.mark.skipif(
@@ -71,7 +74,7 @@ def test_alarm_rewind_correct_commit_in_browser(
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     proc, url = _start_server(tmp_path, tiny_weights, alarm_calibration)
-    assert url.endswith("?token=e2e-secret")  # the page, its stream, state events and commands all carry it
+    # the page passes the token of its URL on to its stream, state events and commands
     driver = _browser()
     try:
         wait = WebDriverWait(driver, 60)

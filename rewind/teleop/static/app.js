@@ -58,6 +58,7 @@ function render(s) {
   banner.dataset.mode = s.mode;
   $("mode-title").textContent = MODE_TEXT[s.mode] || s.mode;
   $("mode-reason").textContent = s.reason;
+  if (s.error) showError("server: " + s.error + " (the episode is kept: end, discard or rewind it)");
   const alarm = $("alarm-strip");
   alarm.classList.toggle("hidden", !s.last_alarm);
   if (s.last_alarm) {
