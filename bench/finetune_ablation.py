@@ -41,6 +41,17 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "obs_clip_1.5": ("observations clipped at 1.5", ["policy.obs_clip=1.5"], None),
     "own_successes": ("80% the base policy's own successful rollouts (plain rewind-eval, seeds 50000..) instead",
                       ["+data.source_weights={policy: 1.0}"], "OWN"),
+    # issue 12: repetition controls, the passes cap, the stage split
+    "demos_matched": ("80% new demos (seeds 1000..) cut to the round's correction steps: its repetition",
+                      ["+data.source_weights={policy: 1.0}"], "MATCHED_DEMOS"),
+    "own_matched": ("80% own successful rollouts cut to the round's correction steps",
+                    ["+data.source_weights={policy: 1.0}"], "MATCHED_OWN"),
+    "max_passes_4": ("the round's share capped at 4 expected passes over its steps (finetune.max_passes=4)",
+                     ["data.mix=MAX_PASSES_4"], None),
+    "late_stages": ("only the corrections made after green was grasped (the first stage's become weight 0)",
+                    [], "LATE"),
+    "as_loop_pinned": ("as_loop's weights, evaluated with the near-constant observation channels pinned to the "
+                       "demo centre (no training)", [], "PINNED"),
 }  # fmt: skip
 
 
@@ -78,6 +89,106 @@ def own_successes(a: argparse.Namespace) -> str:
     return str(out)
 
 
+def round_steps(a: argparse.Namespace) -> int:
+    """The round store's intervention steps (what the loop trains on)."""
+    from rewind.store import ReplayStore
+
+    labels = ("correction", "recovery", "human")
+    with ReplayStore.open(a.round_store) as store:
+        return sum(i.source_counts.get(lbl, 0) for i in store.episodes() for lbl in labels)
+
+
+def _copy_store(src_path: Path | str, out: Path, pick: Any) -> str:
+    """A new store at ``out`` holding, per episode of ``src_path``, the labels ``pick(info, episode)``
+    returns (``None``: leave the episode out; ``"stop"``: end the copy); built beside ``out`` and
+    renamed into place."""
+    from rewind.store import ReplayStore
+
+    if not out.exists():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with ReplayStore.open(src_path) as src, ReplayStore.create(tmp, src.spec) as dst:
+            for info in src.episodes():
+                ep = src.load(info.id)
+                sources = pick(info, ep)
+                if isinstance(sources, str):
+                    break
+                if sources is not None:
+                    dst.add_episode(ep.obs, ep.actions, ep.states, sources,
+                                    meta={"seed": info.seed, "success": info.success})  # fmt: skip
+        tmp.rename(out)
+    return str(out)
+
+
+def matched(src: str, out: Path, steps: int) -> str:
+    """The first episodes of ``src`` until their steps reach ``steps``."""
+    total = [0]
+
+    def pick(info: Any, ep: Any) -> Any:
+        if total[0] >= steps:
+            return "stop"
+        total[0] += len(ep.actions)
+        return ep.source_names
+
+    return _copy_store(src, out, pick)
+
+
+def late_stages(a: argparse.Namespace) -> str:
+    """The round store with the corrections made before green was grasped relabelled ``policy`` (weight 0)."""
+    from rewind.envs.registry import make_env
+
+    env = make_env("stack3").unwrapped
+
+    def pick(info: Any, ep: Any) -> list[str]:
+        names = ep.source_names
+        for t, state in enumerate(ep.states):
+            env.set_physics_state(state)
+            if names[t] in ("correction", "recovery") and env.stage() == 0:
+                names[t] = "policy"
+        return names
+
+    return _copy_store(a.round_store, Path(a.root) / "late_stages_store", pick)
+
+
+def variant_store(store: str | None, a: argparse.Namespace) -> str | None:
+    """The extra store a variant trains on (None: the round store)."""
+    root = Path(a.root)
+    if store == "OWN":
+        return own_successes(a)
+    if store == "MATCHED_OWN":
+        return matched(own_successes(a), root / "own_matched_store", round_steps(a))
+    if store == "MATCHED_DEMOS":
+        run_once([rewind_bin("rewind-collect"), "env=stack3", "episodes=40", "seed=1000", f"out={root / 'new_demos'}",
+                  f"out_dir={root / 'new_demos_collect'}", "progress=false"], root / "new_demos_collect")  # fmt: skip
+        return matched(str(root / "new_demos"), root / "demos_matched_store", round_steps(a))
+    if store == "LATE":
+        return late_stages(a)
+    return store
+
+
+def pinned_weights(a: argparse.Namespace, rel: float = 0.05) -> tuple[Path, list[str]]:
+    """A copy of the ``as_loop`` variant's weights in which every observation dimension whose demo scale
+    is below ``rel`` times its key's widest (a cube's quaternion x/y, a resting cube's height) has its
+    normalization scale set to 1e9, so the policy sees it at the demo centre whatever its value."""
+    import torch
+
+    from rewind.eval.runner import resolve_weights
+    from rewind.policies.io import load_policy_weights, read_policy_meta, save_policy_weights
+
+    src = resolve_weights(str(Path(a.root) / "as_loop" / "train"))
+    out = Path(a.root) / "weights_as_loop_pinned"
+    policy = load_policy_weights(src)
+    pinned = []
+    for key, stats in policy.normalizer.stats.items():
+        if key.startswith("obs/"):
+            small = stats.scale < rel * stats.scale.max()
+            pinned += [f"{key[4:]}[{i}]" for i in torch.nonzero(small).flatten().tolist()]
+            stats.scale[small] = 1e9
+    if not (out / "config.json").exists():
+        save_policy_weights(policy, out, read_policy_meta(src).get("extra", {}))
+    return out, pinned
+
+
 def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune and evaluate one variant; its result row."""
     what, extra, store = VARIANTS[name]
@@ -86,8 +197,9 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name.startswith("obs_clip_"):
         clip = float(name.removeprefix("obs_clip_"))
         weights = _weights_with_clip(weights, clip, Path(a.root) / f"weights_{name}")
-    if store == "OWN":
-        store = own_successes(a)
+    if store == "PINNED":
+        return pinned_variant(name, a)
+    store = variant_store(store, a)
     ov = {"env": "stack3", "data.path": a.demos, "data.extra_paths": f"[{store or a.round_store}]",
           "data.mix": "[0.2,0.8]", "data.val_fraction": "0", "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
           "data.weight_mode": "sample", "init.from_weights": str(weights), "seed": "1", "train.steps": "600",
@@ -97,6 +209,11 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     for item in extra:
         key, _, value = item.partition("=")
         ov[key] = value
+    if ov["data.mix"] == "MAX_PASSES_4":  # what rewind-loop finetune.max_passes=4 computes
+        from rewind.loop.stages import mix_shares
+
+        mix = mix_shares(0.2, [round_steps(a)], max_passes=4, samples=600 * 64)
+        ov["data.mix"] = f"[{mix[0]:.6f},{mix[1]:.6f}]"
     if ov["data.extra_paths"] == "[]":
         del ov["data.mix"]
     cmd = [rewind_bin("rewind-train"), *(f"{k}={v}" for k, v in ov.items())]
@@ -107,6 +224,18 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     assert ev is not None
     return {"variant": name, "changes": what, "success": ev["success_rate"], "ci95": ev["success_ci95"],
             "stages": ev.get("max_stage_histogram")}  # fmt: skip
+
+
+def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate :func:`pinned_weights` like every variant."""
+    weights, pinned = pinned_weights(a)
+    out = Path(a.root) / name
+    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={weights}", "env=stack3", "episodes=100",
+                   "seed=10000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
+                   f"out_dir={out / 'eval'}"], out / "eval")  # fmt: skip
+    assert ev is not None
+    return {"variant": name, "changes": VARIANTS[name][0] + f" ({', '.join(pinned)})", "success": ev["success_rate"],
+            "ci95": ev["success_ci95"], "stages": ev.get("max_stage_histogram")}  # fmt: skip
 
 
 def main() -> None:
