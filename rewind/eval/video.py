@@ -27,7 +27,8 @@ def require_rendering() -> str:
     try:
         return ensure_headless_gl()
     except RenderBackendError as exc:
-        raise RenderBackendError(f"video.episodes needs OpenGL rendering: {exc} (or video.episodes=0)") from None
+        message = f"video.episodes needs OpenGL rendering: {exc} (or video.episodes=0)"
+        raise RenderBackendError(message) from None
 
 
 @functools.lru_cache(maxsize=64)

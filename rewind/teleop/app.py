@@ -88,7 +88,8 @@ def _announce(cfg: TeleopConfig, server: TeleopServer) -> None:
     if server.token is None:
         log.info("teleop page: %s  (Ctrl-C to stop)", server.base_url)
         return
-    where = {"token": "token=", "token_file": f"token_file={cfg.token_file}"}.get(cfg.token_source, cfg.token_source)
+    sources = {"token": "token=", "token_file": f"token_file={cfg.token_file}"}
+    where = sources.get(cfg.token_source, cfg.token_source)
     log.info("teleop page: %s?token=TOKEN  (TOKEN: the one from %s, not shown here; Ctrl-C to stop)",
              server.base_url, where)  # fmt: skip
 
@@ -125,7 +126,9 @@ def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
         session.close()
     if loop.fatal is not None:
         kept = f"written as episode {loop.salvaged['id']} (failure)" if loop.salvaged else "nothing to write"
-        raise TeleopCrashed(f"the teleop simulation thread crashed ({loop.fatal}); unfinished episode: {kept}")
+        raise TeleopCrashed(
+            f"the teleop simulation thread crashed ({loop.fatal}); unfinished episode: {kept}"
+        )
     state = loop.states.get()[1] or state
     return {"url": url, "store": str(cfg.store), "committed": state.get("committed", 0),
             "discarded": state.get("discarded", 0), "last_commit": state.get("last_commit")}  # fmt: skip

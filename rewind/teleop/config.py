@@ -151,7 +151,8 @@ class TeleopConfig(CommandConfig):
             f"request_timeout_s must be in [0.5, 600]; got {self.request_timeout_s}",
         )
         require(
-            1 <= self.max_connections <= 1024, f"max_connections must be in [1, 1024]; got {self.max_connections}"
+            1 <= self.max_connections <= 1024,
+            f"max_connections must be in [1, 1024]; got {self.max_connections}",
         )
         require(
             self.seed >= 0 and self.round >= 0, f"seed and round must be >= 0; got {self.seed}, {self.round}"

@@ -48,7 +48,9 @@ from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LOOPBACK_HOSTS", "MAX_BODY", "TeleopServer", "check_binding", "cross_site_refusal", "static_files"]
+__all__ = [
+    "LOOPBACK_HOSTS", "MAX_BODY", "TeleopServer", "check_binding", "cross_site_refusal", "static_files",
+]  # fmt: skip
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}  # fmt: skip
@@ -180,7 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self) -> tuple[str, dict[str, list[str]]] | None:
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
-        refused = loopback_refusal(self.headers, self.app.port, self.app.base_url) if self.app.token is None else None
+        refused = None
+        if self.app.token is None:
+            refused = loopback_refusal(self.headers, self.app.port, self.app.base_url)
         if refused is not None:
             self._json(refused.status, {"error": str(refused)})
             return None
@@ -192,7 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         self.reader.stop()
-        self.body_done = self.headers.get("Content-Length") in (None, "0") and "Transfer-Encoding" not in self.headers
+        self.body_done = (
+            self.headers.get("Content-Length") in (None, "0") and "Transfer-Encoding" not in self.headers
+        )
         routed = self._route()
         if routed is None:
             return

@@ -352,7 +352,8 @@ class TeleopSession:
             info = self.recording.commit(store, outcome == "success", self.episode.log.seed,
                                          self.policy_version, self.settings.round, extra)  # fmt: skip
         self.committed += 1
-        self.last_commit = {"id": info.id, "outcome": outcome, "length": info.length, "labels": info.source_counts}
+        self.last_commit = {"id": info.id, "outcome": outcome, "length": info.length,
+                            "labels": info.source_counts}  # fmt: skip
         self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
 
     def salvage(self, reason: str) -> dict[str, Any] | None:

@@ -41,14 +41,15 @@ FIX = ("set MUJOCO_GL=egl (needs libegl1) or MUJOCO_GL=osmesa (needs libosmesa6:
 PROBE_TIMEOUT_S = 60.0
 _PROBE = """
 import mujoco
-m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><light pos="0 0 1"/><geom size=".1"/></worldbody></mujoco>')
+xml = '<mujoco><worldbody><light pos="0 0 1"/><geom size=".1"/></worldbody></mujoco>'
+m = mujoco.MjModel.from_xml_string(xml)
 d = mujoco.MjData(m)
 mujoco.mj_forward(m, d)
 r = mujoco.Renderer(m, 16, 16)
 r.update_scene(d)
 assert r.render().shape == (16, 16, 3)
 r.close()
-"""  # noqa: E501
+"""
 
 _selected: str | None = None
 _failure: str | None = None

@@ -1,10 +1,10 @@
 """End to end in a real headless browser (Debian's chromium via Selenium, nothing downloaded).
 
 ``rewind-teleop`` serves a tiny Lift policy under a calibration that alarms at once, with auto-pause.
-The server has a token, from ``REWIND_TELEOP_TOKEN`` (the page passes it on to every request). The test opens the page, waits
-for the alarm (paused), reloads the page (a new page attaches to the running session), rewinds by
-clicking the start checkpoint in ``drive`` mode, takes over with ``T``, holds ``D`` for a
-correction, ends the episode as a success, and reads the store back.
+The server has a token, from ``REWIND_TELEOP_TOKEN`` (the page passes it on to every request). The
+test opens the page, waits for the alarm (paused), reloads the page (a new page attaches to the
+running session), rewinds by clicking the start checkpoint in ``drive`` mode, takes over with ``T``,
+holds ``D`` for a correction, ends the episode as a success, and reads the store back.
 """
 
 from __future__ import annotations

@@ -67,6 +67,12 @@ def _post(path: str, body: bytes, *extra: str, host: str | None = "{local}") -> 
 CMD_END = b'{"cmd": "end", "outcome": "success"}'
 INPUT = b'{"keys": ["KeyD"]}'
 
+
+def _sized(length: str, *extra: str) -> Callable[[int], bytes]:
+    """A JSON input POST with ``Content-Length: length`` (its body: :data:`INPUT`)."""
+    return _request("POST", "/api/input", [JSON, f"Content-Length: {length}", *extra], INPUT)
+
+
 #: (name, request, status) against the token-less server on 127.0.0.1.
 LOOPBACK_MATRIX = [
     ("rebinding GET /", _request("GET", "/", [], host=f"{EVIL}:{{port}}"), 421),
@@ -97,17 +103,15 @@ LOOPBACK_MATRIX = [
     ("no Content-Length", _request("POST", "/api/input", [JSON], INPUT), 411),
     ("chunked body", _request("POST", "/api/input", [JSON, "Transfer-Encoding: chunked"],
                               b"12\r\n" + INPUT + b"\r\n0\r\n\r\n"), 411),  # fmt: skip
-    ("Content-Length -1", _request("POST", "/api/input", [JSON, "Content-Length: -1"], INPUT), 400),
-    ("Content-Length not a number", _request("POST", "/api/input", [JSON, "Content-Length: ten"], INPUT), 400),
-    ("Content-Length 1e3", _request("POST", "/api/input", [JSON, "Content-Length: 1e3"], INPUT), 400),
-    ("Content-Length +18", _request("POST", "/api/input", [JSON, "Content-Length: +18"], INPUT), 400),
-    ("Content-Length 0x12", _request("POST", "/api/input", [JSON, "Content-Length: 0x12"], INPUT), 400),
-    ("two Content-Lengths", _request("POST", "/api/input", [JSON, "Content-Length: 18", "Content-Length: 2"],
-                                     INPUT), 400),  # fmt: skip
-    ("Content-Length over the limit", _request("POST", "/api/input", [JSON, f"Content-Length: {MAX_BODY + 1}"],
-                                               INPUT), 413),  # fmt: skip
-    ("Content-Length of 200 GiB", _request("POST", "/api/input", [JSON, f"Content-Length: {200 << 30}"]), 413),
-    ("body shorter than its length", _request("POST", "/api/input", [JSON, "Content-Length: 100"], INPUT), 400),
+    ("Content-Length -1", _sized("-1"), 400),
+    ("Content-Length not a number", _sized("ten"), 400),
+    ("Content-Length 1e3", _sized("1e3"), 400),
+    ("Content-Length +18", _sized("+18"), 400),
+    ("Content-Length 0x12", _sized("0x12"), 400),
+    ("two Content-Lengths", _sized("18", "Content-Length: 2"), 400),
+    ("Content-Length over the limit", _sized(str(MAX_BODY + 1)), 413),
+    ("Content-Length of 200 GiB", _sized(str(200 << 30)), 413),
+    ("body shorter than its length", _sized("100"), 400),
     ("body not JSON", _post("/api/command", b"cmd=end&outcome=success"), 400),
     ("body not UTF-8", _post("/api/command", b'{"cmd": "\xff\xfe"}'), 400),
     ("body a JSON list", _post("/api/command", b'["end"]'), 400),
@@ -128,14 +132,15 @@ TOKEN_MATRIX = [
     ("foreign Origin with the token", _post("/api/command", CMD_END, f"X-Teleop-Token: {TOKEN}",
                                             f"Origin: http://{EVIL}"), 403),  # fmt: skip
     ("text/plain with the token", _request("POST", "/api/command", ["Content-Type: text/plain",
-                                           f"X-Teleop-Token: {TOKEN}", "Content-Length: 2"], b"{}"), 415),  # fmt: skip
-    ("Content-Length -1 with the token", _request("POST", "/api/input", [JSON, f"X-Teleop-Token: {TOKEN}",
-                                                  "Content-Length: -1"], INPUT), 400),  # fmt: skip
+                                           f"X-Teleop-Token: {TOKEN}", "Content-Length: 2"], b"{}"),
+     415),  # fmt: skip
+    ("Content-Length -1 with the token", _sized("-1", f"X-Teleop-Token: {TOKEN}"), 400),
 ]
 
 
 def _state(srv: TeleopServer) -> dict:
-    status, body = _exchange(srv.port, _request("GET", "/api/state", [f"X-Teleop-Token: {srv.token or ''}"])(srv.port))
+    request_ = _request("GET", "/api/state", [f"X-Teleop-Token: {srv.token or ''}"])
+    status, body = _exchange(srv.port, request_(srv.port))
     assert status == 200
     return json.loads(body)
 

@@ -131,7 +131,8 @@ def test_dead_simulation_thread_writes_the_episode_and_fails(tmp_path: Path) -> 
     cfg = TeleopConfig(out_dir=str(tmp_path / "run"), store=str(tmp_path / "store"), port=0,
                        view=ViewConfig(image_size=64))  # fmt: skip
     (tmp_path / "run").mkdir()
-    with pytest.raises(TeleopCrashed, match=r"crashed \(RuntimeError: injected: cannot even pause\).*episode 0"):
+    expected = r"crashed \(RuntimeError: injected: cannot even pause\).*episode 0"
+    with pytest.raises(TeleopCrashed, match=expected):
         serve(cfg, session)
     with ReplayStore.open(tmp_path / "store") as store:
         (info,) = store.episodes()
@@ -179,7 +180,8 @@ def test_token_never_reaches_logs_or_files(tmp_path: Path) -> None:
             assert resp.status == 200
         for _ in range(100):  # bounded: hold D until a step is recorded, then end the episode
             body = json.dumps({"keys": ["KeyD"]}).encode()
-            urllib.request.urlopen(urllib.request.Request(base + "api/input", body, headers), timeout=30).close()
+            request_ = urllib.request.Request(base + "api/input", body, headers)
+            urllib.request.urlopen(request_, timeout=30).close()
             with urllib.request.urlopen(f"{base}api/state?token={token}", timeout=30) as resp:
                 if json.loads(resp.read())["episode"]["recorded"] >= 2:
                     break
@@ -216,8 +218,10 @@ def test_busy_port_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
                                      "view.image_size=64"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == (f"rewind-teleop: error: port {port} on 127.0.0.1 is already in use "
-                                            "(another rewind-teleop?): choose another port=N, or port=0 for any free port")
+    assert err.strip().splitlines()[-1] == (
+        f"rewind-teleop: error: port {port} on 127.0.0.1 is already in use (another rewind-teleop?): "
+        "choose another port=N, or port=0 for any free port"
+    )
 
 
 def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
