@@ -28,7 +28,6 @@ failure is one :class:`PolicyWeightsError` naming the file and the problem.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -46,6 +45,7 @@ from safetensors.torch import load_file, save_file
 from rewind.policies.base import ActionChunkPolicy
 from rewind.policies.registry import POLICIES, get_policy_classes, make_config, make_policy, policy_name_of
 from rewind.policies.shape_meta import layout_mismatches, normalize_shape_meta
+from rewind.utils.io import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +57,6 @@ FORMAT_VERSION = 1
 
 class PolicyWeightsError(ValueError):
     """Unreadable, corrupted or incompatible policy weights; the message names the file or key."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _versions() -> dict[str, str]:
@@ -106,7 +98,7 @@ def save_policy_weights(
         "used_obs_keys": list(getattr(policy, "used_obs_keys", policy.shape_meta["obs"])),
         "versions": _versions(),
         "weights_file": WEIGHTS_FILE,
-        "weights_sha256": _sha256(weights),
+        "weights_sha256": file_sha256(weights),
         "extra": dict(extra_meta or {}),
     }
     text = json.dumps(meta, indent=2, sort_keys=True)
@@ -232,7 +224,7 @@ def weights_hash(folder: str | Path) -> str:
     path = weights_path(folder, read_policy_meta(folder))
     if not path.is_file():
         raise PolicyWeightsError(f"{path}: missing")
-    return _sha256(path)
+    return file_sha256(path)
 
 
 def read_weights_state(folder: str | Path, meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -258,7 +250,7 @@ def _verified_weights(folder: Path, meta: Mapping[str, Any]) -> Path:
     path = weights_path(folder, meta)
     if not path.is_file():
         raise PolicyWeightsError(f"{path}: missing")
-    if _sha256(path) != meta.get("weights_sha256"):
+    if file_sha256(path) != meta.get("weights_sha256"):
         raise PolicyWeightsError(f"{path}: corrupted (sha256 differs from {folder / CONFIG_FILE})")
     return path
 

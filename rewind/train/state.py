@@ -23,7 +23,6 @@ be finite. States saved before the hashes existed still load (with a warning).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rewind.config import ConfigError
-from rewind.utils.io import atomic_write_json
+from rewind.utils.io import atomic_write_json, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +98,6 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of a file's content."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_json(path: Path) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -49,6 +50,15 @@ def changed_keys(saved: Any, now: Any, prefix: str = "") -> list[str]:
         keys = sorted(set(saved) | set(now))
         return [c for k in keys for c in changed_keys(saved.get(k), now.get(k), f"{prefix}{k}.")]
     return [] if saved == now else [prefix.rstrip(".")]
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 (hex) of a file's content, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def private_opener(path: str | os.PathLike[str], flags: int) -> int:
