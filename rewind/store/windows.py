@@ -17,12 +17,13 @@ cuts it into segments, and :meth:`ReplayBuffer.from_store` loads each segment as
 (``episode_ends`` are segment ends), so no window contains both sides of a rewind. Undone segments
 are left out unless ``undone="keep"``.
 
-**Label boundaries.** A window anchored on an intervention step (``recovery``, ``correction``,
-``human``) supervises only the actions of that intervention: the steps before and after its run of
+**Label boundaries** (``label_boundaries="respect"``; off by default until measured on the loop). A
+window anchored on an intervention step (``recovery``, ``correction``, ``human``) supervises only
+the actions of that intervention: the steps before and after its run of
 intervention labels (the policy's steps around the takeover, the policy acting after the hand-back)
 are masked out of ``action_mask``. A window anchored on any other label may cross into an
-intervention: the operator's actions are what should have followed (``label_boundaries="ignore"``
-turns the rule off).
+intervention: the operator's actions are what should have followed. ``"ignore"`` (the default):
+every in-unit step is a target.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ class WindowSampler:
         mask_zero_weight: also mark the actions of steps whose label weighs 0 as not valid in
             ``action_mask`` (as padding is): a window anchored on a correction then supervises only
             the correction's actions, not the policy's own actions just before or after it.
-        label_boundaries: ``"respect"`` (default): a window anchored on an intervention label
-            supervises only its run of intervention steps (module docstring); ``"ignore"``: every
+        label_boundaries: ``"respect"``: a window anchored on an intervention label supervises
+            only its run of intervention steps (module docstring); ``"ignore"`` (default): every
             step of the window is a target.
     """
 
@@ -164,7 +165,7 @@ class WindowSampler:
         weight_mode: Literal["loss", "sample"] = "loss",
         seed: int | None = 0,
         mask_zero_weight: bool = False,
-        label_boundaries: Literal["respect", "ignore"] = "respect",
+        label_boundaries: Literal["respect", "ignore"] = "ignore",
     ) -> None:
         if n_obs_steps < 1 or horizon < n_obs_steps:
             raise StoreError(f"horizon: need 1 <= n_obs_steps <= horizon, got {n_obs_steps}, {horizon}")

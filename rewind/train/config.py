@@ -45,9 +45,10 @@ class DataConfig:
             policy's actions after the hand-back that share its chunk).
         undone: steps undone by a ``restore`` rewind (segments of their own in the store):
             ``drop`` (default) leaves them out of training, ``keep`` trains on them as well.
-        label_boundaries: ``respect`` (default): a window anchored on an intervention step
+        label_boundaries: ``respect``: a window anchored on an intervention step
             (recovery, correction, human) supervises only that intervention's actions, not the
-            policy's around it; ``ignore``: every step of the window is a target.
+            policy's around it; ``ignore`` (default until the loop is re-measured with ``respect``):
+            every step of the window is a target.
         val_batches: batches averaged for one validation loss.
     """
 
@@ -59,7 +60,7 @@ class DataConfig:
     weight_mode: str = "loss"
     mask_zero_weight: bool = False
     undone: str = "drop"
-    label_boundaries: str = "respect"
+    label_boundaries: str = "ignore"
     val_batches: int = 4
 
     def __post_init__(self) -> None:

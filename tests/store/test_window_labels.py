@@ -30,7 +30,7 @@ def _by_anchor(sampler: WindowSampler) -> dict[int, dict[str, np.ndarray]]:
 
 
 def test_intervention_windows_stop_at_the_hand_back() -> None:
-    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8))
+    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, label_boundaries="respect"))
     inter = {SOURCE_CODES[x] for x in ("recovery", "correction")}
     for t in range(6, 11):  # anchored on recovery / correction steps
         w = windows[t]
@@ -42,7 +42,7 @@ def test_intervention_windows_stop_at_the_hand_back() -> None:
 
 
 def test_policy_windows_may_run_into_an_intervention() -> None:
-    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8))
+    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, label_boundaries="respect"))
     w = windows[4]  # policy steps 3..5, then the operator's 6..10: all of them are targets
     np.testing.assert_array_equal(w["action"][:, 0], np.arange(3, 11))
     assert w["action_mask"].all()
@@ -69,3 +69,11 @@ def test_segments_default_to_the_whole_episode() -> None:
     assert episode_segments(20, {}) == [(0, 20, False)]
     assert episode_segments(20, {"segment_starts": [0, 4, 9], "undone_segments": [1]}) == [
         (0, 4, False), (4, 9, True), (9, 20, False)]  # fmt: skip
+
+
+def test_default_keeps_every_in_unit_step() -> None:
+    """Until the loop is re-measured with ``respect``, the default supervises every step (as before)."""
+    from rewind.train.config import DataConfig
+
+    assert DataConfig(path="x").label_boundaries == "ignore"
+    assert _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8))[9]["action_mask"].all()
