@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _teleop_helpers import default_sigint  # noqa: E402
 
 from rewind.utils.render import HEADLESS_BACKENDS, RenderBackendError, check_gl_setting
 
@@ -79,7 +80,8 @@ def test_teleop_serves_frames_without_mujoco_gl(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"store={tmp_path / 'store'}",
             "port=0", f"out_dir={out}", "view.image_size=64"]  # fmt: skip
-    proc = subprocess.Popen(args, env=_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(args, env=_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)  # fmt: skip
     try:
         for _ in range(1800):  # bounded: until the page is up or the command ended
             if (out / "server.json").exists() or proc.poll() is not None:

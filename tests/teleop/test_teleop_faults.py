@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _teleop_helpers import default_sigint  # noqa: E402
 from _train_helpers import run_cli
 
 from rewind.collect import store_spec_for
@@ -229,7 +230,8 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"store={tmp_path / 'store'}",
             "port=0", f"out_dir={out}", "view.image_size=64", "step_when_idle=true"]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)  # fmt: skip
     try:
         assert _until(lambda: (out / "server.json").exists() or proc.poll() is not None, polls=1800)
         proc.send_signal(signal.SIGINT)
