@@ -7,6 +7,10 @@ the loop's 100 evaluation seeds. The default round store is round 1 of the HG-DA
 
     MUJOCO_GL=osmesa .venv/bin/python bench/finetune_ablation.py --out bench/results/finetune_ablation_stack3.json
 
+The issue-12 variants (size-matched repetition controls, the passes cap, the stage split, pinned
+channels) on the 10,000-step base of ``bench/base_ablation.py`` and a fresh HG-DAgger round: the second
+command in docs/loop.md, "Why corrections collapse Stack3".
+
 Runs are reused when their ``summary.json`` exists. Output: JSON rows and a Markdown table (``--out``
 with ``.md``).
 """
