@@ -54,6 +54,10 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
                      ["data.mix=MAX_PASSES_4"], None),
     "late_stages": ("only the corrections made after green was grasped (the first stage's become weight 0)",
                     [], "LATE"),
+    "as_loop_respect": ("as_loop with data.label_boundaries=respect", ["data.label_boundaries=respect"], None),
+    "max_passes_4_respect": ("max_passes_4 with data.label_boundaries=respect",
+                             ["data.mix=MAX_PASSES_4", "data.label_boundaries=respect"], None),
+    "late_stages_respect": ("late_stages with data.label_boundaries=respect", ["data.label_boundaries=respect"], "LATE"),
     "as_loop_pinned": ("as_loop's weights, evaluated with the near-constant observation channels pinned to the "
                        "demo centre (no training)", [], "PINNED"),
 }  # fmt: skip
