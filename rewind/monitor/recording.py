@@ -27,9 +27,10 @@ import numpy as np
 
 from rewind.monitor.runner import StepResult
 from rewind.store import EpisodeInfo, ReplayStore
+from rewind.store.windows import INTERVENTION_LABELS
 
 #: Sources that count as operator (or person) effort: the cost axis of every comparison.
-OPERATOR_SOURCES = frozenset({"recovery", "correction", "human"})
+OPERATOR_SOURCES = frozenset(INTERVENTION_LABELS)
 
 
 class EpisodeRecording:
