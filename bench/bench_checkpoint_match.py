@@ -27,8 +27,8 @@ from rewind.envs.registry import make_env  # noqa: E402
 from rewind.monitor import MonitoredEpisode, build_library  # noqa: E402
 from rewind.monitor.checkpoints import StageLabeler  # noqa: E402
 from rewind.monitor.features import FeatureExtractor  # noqa: E402
-from rewind.monitor.rollouts import load_policy  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
+from rewind.train.policy_api import load_policy  # noqa: E402
 
 
 def _cos(f: np.ndarray, rows: np.ndarray) -> float:

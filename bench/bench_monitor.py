@@ -32,9 +32,9 @@ import rewind  # noqa: F401, E402  (before mujoco: see rewind/__init__.py)
 from rewind.envs.registry import make_env  # noqa: E402
 from rewind.monitor import CheckpointTracker, Monitor, MonitoredEpisode, RewindConfig, build_library  # noqa: E402
 from rewind.monitor.checkpoints import make_labeler  # noqa: E402
-from rewind.monitor.rollouts import load_policy  # noqa: E402
 from rewind.monitor.scores import StacScore, TideScore  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
+from rewind.train.policy_api import load_policy  # noqa: E402
 
 log = logging.getLogger("bench_monitor")
 

@@ -180,8 +180,8 @@ def pinned_weights(a: argparse.Namespace, rel: float = 0.05) -> tuple[Path, list
     normalization scale set to 1e9, so the policy sees it at the demo centre whatever its value."""
     import torch
 
-    from rewind.eval.runner import resolve_weights
     from rewind.policies.io import load_policy_weights, read_policy_meta, save_policy_weights
+    from rewind.train.policy_api import resolve_weights
 
     src = resolve_weights(str(Path(a.root) / "as_loop" / "train"))
     out = Path(a.root) / "weights_as_loop_pinned"

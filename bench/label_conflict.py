@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from rewind.envs.registry import make_env
-from rewind.monitor.rollouts import load_policy
 from rewind.store import SOURCE_CODES, ReplayStore
+from rewind.train.policy_api import load_policy
 
 log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")

@@ -1,13 +1,17 @@
-"""Typed env configuration (the Hydra ``env`` group) and the factory that builds an env from it."""
+"""Typed env configuration (the Hydra ``env`` group), the factory that builds an env from it, and the
+``perturb`` node checked into the wrappers' :class:`PerturbationConfig`."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 
-from rewind.config import require
+from rewind.config import ConfigError, require
 from rewind.envs.registry import TASKS, get_task, make_env
+from rewind.envs.wrappers import PerturbationConfig
 
 
 @dataclass
@@ -50,3 +54,20 @@ def build_env(cfg: EnvConfig) -> gym.Env:
     return make_env(
         cfg.name, max_steps=cfg.max_steps, rgb=cfg.rgb, image_size=cfg.image_size, camera=cfg.camera
     )
+
+
+def perturbation_config(profile: dict[str, Any]) -> PerturbationConfig:
+    """The wrappers' :class:`PerturbationConfig` from the ``perturb`` node (checked: unknown keys, ranges).
+
+    Raises:
+        ConfigError: an unknown key or an invalid value, naming it.
+    """
+    known = {f.name: f for f in dataclasses.fields(PerturbationConfig)}
+    unknown = sorted(set(profile) - set(known))
+    if unknown:
+        raise ConfigError(f"perturb.{unknown[0]}: unknown key; valid keys: {', '.join(known)}")
+    values = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in profile.items()}
+    try:
+        return PerturbationConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"perturb: {exc}") from exc

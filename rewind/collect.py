@@ -15,7 +15,7 @@ from rewind.config import CommandConfig, require
 from rewind.envs import make_operator
 from rewind.envs.config import EnvConfig, build_env
 from rewind.envs.operators.base import Operator, OperatorNoise
-from rewind.store import ReplayStore, StoreSpec, format_store_info, store_info
+from rewind.store import ReplayStore, format_store_info, store_info, store_spec_for
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +57,6 @@ class CollectConfig(CommandConfig):
     def __post_init__(self) -> None:
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
-
-
-def store_spec_for(env: gym.Env) -> StoreSpec:
-    """The store spec matching ``env``'s observation, action and state layout."""
-    space = env.observation_space
-    obs = {k: (tuple(s.shape), np.dtype(s.dtype).name) for k, s in space.spaces.items()}
-    base = env.unwrapped
-    return StoreSpec(
-        obs=obs, action_dim=env.action_space.shape[0], state_dim=base.state_dim, env_id=env.spec.id
-    )
 
 
 def record_episode(

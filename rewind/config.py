@@ -1,7 +1,8 @@
 """Typed configuration: the base of every command's schema, user-error type, and DictConfig -> dataclass.
 
 Each command's root config is a dataclass deriving from :class:`CommandConfig`. Validation lives in the
-dataclass's ``__post_init__`` and raises :class:`ConfigError` (or any ``ValueError``) whose message
+dataclass's ``__post_init__``, in one style: :func:`require` for a condition, :func:`check_choice` for
+a name from a list, :func:`check_range` for bounds; each raises :class:`ConfigError` whose message
 names the field, e.g. ``episodes must be >= 1; got 0``. :func:`to_dataclass` builds the instance, so
 the same checks run whether a config comes from Hydra, from YAML, or from Python code.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -47,6 +48,21 @@ def require(condition: bool, message: str) -> None:
     """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds (for ``__post_init__``)."""
     if not condition:
         raise ConfigError(message)
+
+
+def check_choice(key: str, value: Any, choices: Sequence[Any]) -> None:
+    """Raise ``ConfigError("<key> must be one of [a, b]; got 'x'")`` unless ``value in choices``."""
+    if value not in choices:
+        shown = f"'{value}'" if isinstance(value, str) else str(value)
+        raise ConfigError(f"{key} must be one of [{', '.join(map(str, choices))}]; got {shown}")
+
+
+def check_range(key: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
+    """Raise :class:`ConfigError` unless ``lo <= value <= hi`` (either bound optional): ``<key> must be
+    >= lo``, ``<= hi`` or ``in [lo, hi]; got value``."""
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"<= {hi}" if lo is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{key} must be {bound}; got {value}")
 
 
 def to_dataclass(cfg: DictConfig | dict[str, Any], cls: type[T]) -> T:

@@ -18,11 +18,12 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rewind.config import ConfigError
+from rewind.config import ConfigError, check_choice
 from rewind.utils.io import private_opener, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,26 @@ log = logging.getLogger(__name__)
 MODES = ("offline", "online", "disabled")
 RESERVED_KEYS = frozenset({"kind", "step", "wall_time"})
 JSONL_NAME = "metrics.jsonl"
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (through :class:`MetricsLogger`; ``metrics.jsonl`` is always kept): the
+    ``wandb`` node of every command that reports metrics.
+
+    Attributes:
+        mode: ``offline`` (default: a run folder under ``out_dir/wandb``, upload with ``wandb sync``),
+            ``online`` or ``disabled``.
+        project: W&B project.
+        group: W&B group (e.g. one per fine-tuning loop).
+    """
+
+    mode: str = "offline"
+    project: str = "rewind"
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("wandb.mode", self.mode, MODES)
 
 
 class MetricsLogger:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, ConfigError, require
-from rewind.envs.config import EnvConfig
-from rewind.envs.wrappers import PerturbationConfig
+from rewind.config import CommandConfig, require
+from rewind.envs.config import EnvConfig, perturbation_config
+from rewind.metrics import WandbConfig
 from rewind.monitor.runner import RewindConfig
 from rewind.monitor.setup import MonitorConfig
-from rewind.train.config import DEVICES, WandbConfig
+from rewind.utils.device import check_device
 
 
 @dataclass
@@ -82,24 +81,7 @@ class EvalConfig(CommandConfig):
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         require(self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}")
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
         perturbation_config(self.perturb)
-
-
-def perturbation_config(profile: dict[str, Any]) -> PerturbationConfig:
-    """The wrappers' :class:`PerturbationConfig` from the ``perturb`` node (checked: unknown keys, ranges).
-
-    Raises:
-        ConfigError: an unknown key or an invalid value, naming it.
-    """
-    known = {f.name: f for f in dataclasses.fields(PerturbationConfig)}
-    unknown = sorted(set(profile) - set(known))
-    if unknown:
-        raise ConfigError(f"perturb.{unknown[0]}: unknown key; valid keys: {', '.join(known)}")
-    values = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in profile.items()}
-    try:
-        return PerturbationConfig(**values)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"perturb: {exc}") from exc

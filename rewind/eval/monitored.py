@@ -12,9 +12,10 @@ import numpy as np
 
 from rewind.eval.config import EvalConfig
 from rewind.eval.recorders import VideoRecorder
-from rewind.monitor.rollouts import LoadedPolicy, MonitoredRecord, run_monitored
+from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.setup import load_monitor
 from rewind.store import ReplayStore, StoreSpec
+from rewind.train.policy_api import LoadedPolicy
 
 
 def monitored_rollouts(

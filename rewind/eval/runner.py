@@ -14,37 +14,21 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rewind.collect import store_spec_for
-from rewind.config import ConfigError
 from rewind.envs.config import build_env
 from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import EvalConfig, perturbation_config
+from rewind.eval.monitored import monitored_rollouts
 from rewind.eval.recorders import StoreRecorder, VideoRecorder
-from rewind.eval.rollout import EpisodeRecord, RolloutObserver, run_batch
 from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy
-from rewind.policies.io import weights_hash
-from rewind.store import ReplayStore, StoreSpec
-from rewind.train import policy_api
-from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
-from rewind.train.trainer import resolve_device
+from rewind.rollout import EpisodeRecord, RolloutObserver, run_batch
+from rewind.store import ReplayStore, StoreSpec, store_spec_for
+from rewind.train.policy_api import load_policy
+from rewind.utils.device import resolve_device
 from rewind.utils.seeding import torch_generator
 
 log = logging.getLogger(__name__)
-
-
-def resolve_weights(path: str) -> Path:
-    """A policy weights folder from ``path``: the folder itself, or the newest save of a ``weights``
-    folder or of a training run folder (``last.json``)."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(2, "policy_path does not exist", str(p))
-    for folder in (p, p / WEIGHTS_DIR):
-        step = read_pointer(folder) if folder.is_dir() else None
-        if step is not None:
-            return folder / step_name(step)
-    return p
 
 
 def _observers(cfg: EvalConfig, out_dir: Path, store: ReplayStore | None, version: str) -> list[Any]:
@@ -60,26 +44,16 @@ def _observers(cfg: EvalConfig, out_dir: Path, store: ReplayStore | None, versio
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``cfg.episodes`` episodes in batches of ``cfg.num_envs`` and return the summary."""
     device = resolve_device(cfg.device)
-    folder = resolve_weights(cfg.policy_path)
     profile = perturbation_config(cfg.perturb)
     envs = [apply_perturbations(build_env(cfg.env), profile) for _ in range(min(cfg.num_envs, cfg.episodes))]
     start = time.perf_counter()
     try:
         spec = store_spec_for(envs[0])
-        policy, _ = policy_api.load_weights(folder, device, spec, cfg.env.name)
-        if cfg.n_action_steps is not None:
-            try:
-                policy.set_n_action_steps(cfg.n_action_steps)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-        version = policy_api.weights_version(folder)
+        loaded = load_policy(cfg.policy_path, envs[0], cfg.env.name, device, cfg.n_action_steps)
+        policy, folder, version = loaded.policy, loaded.folder, loaded.version
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
         monitor_info: dict[str, Any] = {}
         if cfg.monitor.enabled:
-            from rewind.eval.monitored import monitored_rollouts  # (imports rewind.eval.rollout)
-            from rewind.monitor.rollouts import LoadedPolicy
-
-            loaded = LoadedPolicy(policy, folder, version, weights_hash(folder))
             records, monitor_info = monitored_rollouts(cfg, envs[0], loaded, spec)
         else:
             records = _rollouts(cfg, envs, policy, device, spec, version)

@@ -14,11 +14,24 @@ from typing import Any
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig
 from rewind.loop.guided import GuidedConfig
-from rewind.loop.sources import KEEP_RULES, PERSONS, RECOVERY_SOURCES
+from rewind.metrics import WandbConfig
 from rewind.monitor.runner import REWIND_MODES
 from rewind.monitor.setup import MonitorConfig
-from rewind.train.config import DEVICES, NORMALIZER_MODES, WEIGHT_MODES, WandbConfig, policy_config
+from rewind.train.config import NORMALIZER_MODES, WEIGHT_MODES, policy_config
+from rewind.utils.device import check_device
 
+#: name -> ``module:Class`` (imported on use by :func:`rewind.loop.sources.source_class`).
+RECOVERY_SOURCES: dict[str, str] = {
+    "retry": "rewind.loop.sources:RetrySource",
+    "operator": "rewind.loop.sources:OperatorSource",
+    "dagger": "rewind.loop.sources:DaggerSource",
+    "human": "rewind.loop.sources:HumanSource",
+    "guided": "rewind.loop.guided_source:GuidedSource",
+}
+#: Which episodes a round stores (``recovery.keep``).
+KEEP_RULES = ("all", "useful", "success", "intervened")
+#: Who is behind ``recovery=human``.
+PERSONS = ("teleop", "scripted")
 FINETUNE_MODES = ("ft", "fs")
 AFTER_MODES = ("end", "handback")
 UNTIL_MODES = ("stage", "task")
@@ -254,7 +267,7 @@ class LoopConfig(CommandConfig):
         )
         require(self.collect_seed >= 0, f"collect_seed must be >= 0; got {self.collect_seed}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.monitor.enabled or self.recovery.stall_steps > 0 or self.recovery.name == "guided",
                 "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "

@@ -17,37 +17,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rewind.loop.sources import END, RecoverySource, keep_episode
-from rewind.monitor.recording import EpisodeRecording
+from rewind.loop.sources import END, LoopRecording, RecoverySource, keep_episode
 from rewind.monitor.runner import MonitoredEpisode
 from rewind.store import ReplayStore
 from rewind.utils.seeding import torch_generator
 
 log = logging.getLogger(__name__)
-
-
-class LoopRecording(EpisodeRecording):
-    """An :class:`EpisodeRecording` whose operator-step count uses the source's ``counted`` labels and
-    that can drop steps undone by a ``restore`` rewind."""
-
-    def __init__(self, pre_intervention_steps: int, counted: frozenset[str]) -> None:
-        super().__init__(pre_intervention_steps)
-        self.counted = counted
-
-    @property
-    def operator_steps(self) -> int:
-        """Steps whose label the source counts as operator effort."""
-        return sum(lbl in self.counted for lbl in self.labels)
-
-    def drop_from(self, step: int) -> int:
-        """Remove the trailing steps taken at control step ``step`` or later; returns how many."""
-        n = 0
-        while self.steps and self.steps[-1].step >= step:
-            self.steps.pop()
-            self.labels.pop()
-            n += 1
-        self.trim_segments()
-        return n
 
 
 @dataclass

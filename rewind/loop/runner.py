@@ -13,22 +13,20 @@ from typing import Any
 
 import torch
 
-from rewind.collect import store_spec_for
 from rewind.envs.config import build_env
-from rewind.eval.runner import resolve_weights
 from rewind.loop import stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
 from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
 from rewind.loop.report import log_to_wandb, summarize_loop, write_report
 from rewind.loop.sources import SourceContext, is_external, make_source, source_class, teleop_command
-from rewind.monitor.rollouts import load_policy
 from rewind.monitor.runner import MonitoredEpisode, RewindConfig
 from rewind.monitor.setup import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.train import policy_api
-from rewind.train.trainer import resolve_device
+from rewind.train.policy_api import load_policy, resolve_weights
+from rewind.utils.device import resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -37,28 +37,13 @@ from rewind.config import ConfigError
 from rewind.envs import make_operator
 from rewind.envs.operators.base import Operator, OperatorNoise
 from rewind.envs.operators.handback import complete_current_stage
-from rewind.monitor.recording import OPERATOR_SOURCES
+from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
+from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
 from rewind.monitor.runner import MonitoredEpisode, StepResult
-
-if TYPE_CHECKING:
-    from rewind.loop.config import RecoveryConfig
-    from rewind.loop.episodes import LoopRecording
 
 #: Verdicts of :meth:`RecoverySource.on_trigger`.
 CONTINUE, END = "continue", "end"
 
-#: name -> ``module:Class`` (imported on use, so ``guided`` may import this module).
-RECOVERY_SOURCES: dict[str, str] = {
-    "retry": "rewind.loop.sources:RetrySource",
-    "operator": "rewind.loop.sources:OperatorSource",
-    "dagger": "rewind.loop.sources:DaggerSource",
-    "human": "rewind.loop.sources:HumanSource",
-    "guided": "rewind.loop.guided_source:GuidedSource",
-}
-#: Which episodes a round stores (``recovery.keep``).
-KEEP_RULES = ("all", "useful", "success", "intervened")
-#: Who is behind ``recovery=human``.
-PERSONS = ("teleop", "scripted")
 
 
 @dataclass
@@ -66,7 +51,7 @@ class SourceContext:
     """What a round gives its recovery source to prepare with.
 
     Attributes:
-        env: the round's env; loaded: the current policy weights (``rewind.monitor.rollouts.LoadedPolicy``).
+        env: the round's env; loaded: the current policy weights (``rewind.train.policy_api.LoadedPolicy``).
         demos_path: the demo store; folder: the round's folder for the source's own files.
         round: the round number; progress: show progress bars; seed: the loop's seed.
     """
@@ -87,6 +72,30 @@ def keep_episode(rule: str, success: bool, interventions: int, failed: int = 0) 
     intervened = interventions > 0 and failed == 0
     return {"all": True, "useful": (success and failed == 0) or intervened, "success": success and failed == 0,
             "intervened": intervened}[rule]  # fmt: skip
+
+
+class LoopRecording(EpisodeRecording):
+    """An :class:`EpisodeRecording` whose operator-step count uses the source's ``counted`` labels and
+    that can drop steps undone by a ``restore`` rewind."""
+
+    def __init__(self, pre_intervention_steps: int, counted: frozenset[str]) -> None:
+        super().__init__(pre_intervention_steps)
+        self.counted = counted
+
+    @property
+    def operator_steps(self) -> int:
+        """Steps whose label the source counts as operator effort."""
+        return sum(lbl in self.counted for lbl in self.labels)
+
+    def drop_from(self, step: int) -> int:
+        """Remove the trailing steps taken at control step ``step`` or later; returns how many."""
+        n = 0
+        while self.steps and self.steps[-1].step >= step:
+            self.steps.pop()
+            self.labels.pop()
+            n += 1
+        self.trim_segments()
+        return n
 
 
 class EpisodeAsEnv:

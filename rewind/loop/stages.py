@@ -19,10 +19,10 @@ from rewind.eval.runner import run_eval
 from rewind.loop.config import LoopConfig
 from rewind.monitor.calibrate import calibration_rollouts
 from rewind.monitor.conformal import CalibrationError, calibrate
-from rewind.monitor.rollouts import load_policy
 from rewind.store import ReplayStore
 from rewind.train import TrainConfig, run_train
-from rewind.train.trainer import resolve_device
+from rewind.train.policy_api import load_policy
+from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json
 from rewind.utils.stats import wilson_interval
 

@@ -23,13 +23,13 @@ from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
 from rewind.monitor.conformal import calibrate, held, min_calibration_size
-from rewind.monitor.rollouts import LoadedPolicy, MonitoredRecord, load_policy, run_monitored
+from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.runner import Monitor, RewindConfig
 from rewind.monitor.scores import FailureScore
 from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.store import ReplayStore
-from rewind.train.config import DEVICES
-from rewind.train.trainer import resolve_device
+from rewind.train.policy_api import LoadedPolicy, load_policy
+from rewind.utils.device import check_device, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class CalibrateConfig(CommandConfig):
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
         require(self.max_demos >= 1, f"max_demos must be >= 1; got {self.max_demos}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
 
 
 def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal: Any) -> None:

@@ -21,11 +21,10 @@ import torch
 from omegaconf import MISSING, OmegaConf
 
 from rewind.config import CommandConfig, ConfigError, require
-from rewind.envs.config import EnvConfig, build_env
+from rewind.envs.config import EnvConfig, build_env, perturbation_config
 from rewind.envs.registry import make_operator
 from rewind.envs.wrappers import apply_perturbations
-from rewind.eval.config import perturbation_config
-from rewind.metrics import MetricsLogger
+from rewind.metrics import MetricsLogger, WandbConfig
 from rewind.monitor.conformal import CalibrationError, calibrate
 from rewind.monitor.detection import (
     ScoredEpisode,
@@ -35,13 +34,12 @@ from rewind.monitor.detection import (
     scored_rollout,
 )
 from rewind.monitor.monitor_plots import plot_roc, plot_traces
-from rewind.monitor.rollouts import LoadedPolicy, load_policy
 from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig
 from rewind.monitor.scores import SCORES
 from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, score_params
 from rewind.store import ReplayStore
-from rewind.train.config import DEVICES, WandbConfig
-from rewind.train.trainer import resolve_device
+from rewind.train.policy_api import LoadedPolicy, load_policy
+from rewind.utils.device import check_device, resolve_device
 from rewind.utils.seeding import torch_generator
 
 log = logging.getLogger(__name__)
@@ -87,7 +85,7 @@ class MonitorEvalConfig(CommandConfig):
         require(not bad, f"detectors: unknown '{bad[0] if bad else ''}'; valid: {', '.join(SCORES)}")
         require(bool(self.detectors), "detectors: give at least one")
         require(self.cal_episodes >= 1 and self.episodes >= 1, "cal_episodes and episodes must be >= 1")
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
         for c in self.conditions:
             load_profile(c)
 

@@ -6,66 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from tqdm import tqdm
 
-from rewind.collect import store_spec_for
-from rewind.config import ConfigError
-from rewind.eval.rollout import EpisodeRecord, RolloutObserver
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.recording import EpisodeRecording
 from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig, StepResult
-from rewind.policies.base import ActionChunkPolicy
+from rewind.rollout import EpisodeRecord, RolloutObserver
 from rewind.store import ReplayStore
+from rewind.train.policy_api import LoadedPolicy
 from rewind.utils.seeding import torch_generator
-
-
-@dataclass
-class LoadedPolicy:
-    """Policy weights loaded for an env: the policy, its folder, ``policy_version`` and sha256."""
-
-    policy: ActionChunkPolicy
-    folder: Path
-    version: str
-    weights_hash: str
-
-
-def load_policy(
-    policy_path: str,
-    env: gym.Env,
-    env_name: str,
-    device: torch.device,
-    n_action_steps: int | None = None,
-    noise_mode: str = "fresh",
-) -> LoadedPolicy:
-    """Load the newest weights under ``policy_path`` for ``env``'s layout (see ``rewind-eval``), with
-    the inference-time settings ``n_action_steps`` and ``noise_mode`` applied."""
-    from rewind.eval.runner import resolve_weights
-    from rewind.policies.io import weights_hash
-    from rewind.train import policy_api
-
-    folder = resolve_weights(policy_path)
-    policy, _ = policy_api.load_weights(folder, device, store_spec_for(env), env_name)
-    apply_inference_settings(policy, n_action_steps, noise_mode)
-    return LoadedPolicy(policy, folder, policy_api.weights_version(folder), weights_hash(folder))
-
-
-def apply_inference_settings(policy: ActionChunkPolicy, n_action_steps: int | None, noise_mode: str) -> None:
-    """Set ``n_action_steps`` (``None``: keep) and the sampling ``noise_mode`` (policies that sample)."""
-    try:
-        if n_action_steps is not None:
-            policy.set_n_action_steps(n_action_steps)
-        if hasattr(policy, "set_noise_mode"):
-            policy.set_noise_mode(noise_mode)
-        elif noise_mode != "fresh":
-            raise ValueError(f"{type(policy).__name__} does not sample noise; noise_mode must be 'fresh'")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 @dataclass

@@ -16,6 +16,7 @@ from rewind.store.schema import (
     EpisodeInfo,
     StoreError,
     StoreSpec,
+    store_spec_for,
 )
 from rewind.store.store import ReplayStore
 from rewind.store.verify import verify_store
@@ -33,5 +34,6 @@ __all__ = [
     "StoreSpec",
     "format_store_info",
     "store_info",
+    "store_spec_for",
     "verify_store",
 ]

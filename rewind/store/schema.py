@@ -351,3 +351,13 @@ def _as_int(name: str, value: Any, lo: int | None = None, hi: int | None = None)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise StoreError(f"{name}: {v} outside the allowed range [{lo}, {hi}]")
     return v
+
+
+def store_spec_for(env: Any) -> StoreSpec:
+    """The spec matching a Gymnasium env's observation, action and state layout (a dict observation
+    space, a box action space, ``env.unwrapped.state_dim`` and ``env.spec.id``)."""
+    space = env.observation_space
+    obs = {k: (tuple(s.shape), np.dtype(s.dtype).name) for k, s in space.spaces.items()}
+    return StoreSpec(
+        obs=obs, action_dim=env.action_space.shape[0], state_dim=env.unwrapped.state_dim, env_id=env.spec.id
+    )

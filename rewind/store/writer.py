@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from rewind.store.schema import EpisodeInfo, StoreError, source_code, validate_episode_arrays, validate_step
+from rewind.store.schema import (
+    EpisodeInfo,
+    StoreError,
+    StoreSpec,
+    source_code,
+    validate_episode_arrays,
+    validate_step,
+)
 
-if TYPE_CHECKING:
-    from rewind.store.store import ReplayStore
+
+class CommitTarget(Protocol):
+    """What a writer needs from its store (:class:`rewind.store.ReplayStore`): the layout and the
+    atomic commit of a whole episode."""
+
+    @property
+    def spec(self) -> StoreSpec:
+        """The store's layout."""
+
+    def _commit(self, arrays: dict[str, Any], meta: dict[str, Any]) -> EpisodeInfo:
+        """Write and index one episode atomically."""
 
 
 class EpisodeWriter:
@@ -22,7 +38,7 @@ class EpisodeWriter:
     context manager it commits on a clean exit and discards if the block raises.
     """
 
-    def __init__(self, store: ReplayStore, meta: Mapping[str, Any]) -> None:
+    def __init__(self, store: CommitTarget, meta: Mapping[str, Any]) -> None:
         """Internal; use :meth:`ReplayStore.episode`."""
         self._store = store
         self.meta: dict[str, Any] = dict(meta)

@@ -9,24 +9,20 @@ from typing import Any
 
 import torch
 
-from rewind.collect import store_spec_for
-from rewind.config import ConfigError
 from rewind.envs.config import build_env
-from rewind.eval.runner import resolve_weights
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.conformal import Calibration
 from rewind.monitor.runner import Monitor
 from rewind.monitor.setup import MonitorConfig, load_monitor
 from rewind.policies.base import ActionChunkPolicy
-from rewind.policies.io import weights_hash
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop.config import TOKEN_ENV, TeleopConfig, TrackingConfig
 from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer
 from rewind.teleop.session import TeleopSession
-from rewind.train import policy_api
-from rewind.train.trainer import resolve_device
+from rewind.train.policy_api import load_policy
+from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json
 from rewind.utils.render import ensure_headless_gl
 
@@ -51,14 +47,8 @@ def _load_policy(cfg: TeleopConfig, env: Any) -> tuple[ActionChunkPolicy | None,
     """``(policy, policy_version, weights_hash)``; ``(None, "human", "")`` without ``policy_path``."""
     if cfg.policy_path is None:
         return None, "human", ""
-    folder = resolve_weights(cfg.policy_path)
-    policy, _ = policy_api.load_weights(folder, resolve_device(cfg.device), store_spec_for(env), cfg.env.name)
-    if cfg.n_action_steps is not None:
-        try:
-            policy.set_n_action_steps(cfg.n_action_steps)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-    return policy, policy_api.weights_version(folder), weights_hash(folder)
+    loaded = load_policy(cfg.policy_path, env, cfg.env.name, resolve_device(cfg.device), cfg.n_action_steps)
+    return loaded.policy, loaded.version, loaded.weights_hash
 
 
 def build_session(cfg: TeleopConfig) -> TeleopSession:

@@ -15,7 +15,7 @@ from rewind.monitor.runner import REWIND_MODES
 from rewind.teleop.controls import ControlSettings
 from rewind.teleop.guard import check_binding
 from rewind.teleop.session import SessionSettings
-from rewind.train.config import DEVICES
+from rewind.utils.device import check_device
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class TeleopConfig(CommandConfig):
         require(
             self.seed >= 0 and self.round >= 0, f"seed and round must be >= 0; got {self.seed}, {self.round}"
         )
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(
             self.rewind_mode in REWIND_MODES,

@@ -6,7 +6,7 @@
 See ``docs/training.md`` for the config fields, resume and the output folder layout.
 """
 
-from rewind.train.config import DataConfig, OptimConfig, TrainConfig, WandbConfig, policy_config
+from rewind.train.config import DataConfig, OptimConfig, TrainConfig, policy_config
 from rewind.train.loop import run_train
 
-__all__ = ["DataConfig", "OptimConfig", "TrainConfig", "WandbConfig", "policy_config", "run_train"]
+__all__ = ["DataConfig", "OptimConfig", "TrainConfig", "policy_config", "run_train"]

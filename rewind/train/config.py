@@ -16,10 +16,10 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, ConfigError, require, to_dataclass
 from rewind.envs.config import EnvConfig
+from rewind.metrics import WandbConfig
 from rewind.store.windows import LABEL_BOUNDARY_MODES, UNDONE_MODES
+from rewind.utils.device import check_device
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-WANDB_MODES = ("offline", "online", "disabled")
 WEIGHT_MODES = ("loss", "sample")
 NORMALIZER_MODES = ("keep", "refit")
 
@@ -167,28 +167,6 @@ class OptimConfig:
 
 
 @dataclass
-class WandbConfig:
-    """Weights & Biases (through :class:`rewind.metrics.MetricsLogger`; ``metrics.jsonl`` is always kept).
-
-    Attributes:
-        mode: ``offline`` (default: a run folder under ``out_dir/wandb``, upload with ``wandb sync``),
-            ``online`` or ``disabled``.
-        project: W&B project.
-        group: W&B group (e.g. one per fine-tuning loop).
-    """
-
-    mode: str = "offline"
-    project: str = "rewind"
-    group: str | None = None
-
-    def __post_init__(self) -> None:
-        require(
-            self.mode in WANDB_MODES,
-            f"wandb.mode must be one of [{', '.join(WANDB_MODES)}]; got '{self.mode}'",
-        )
-
-
-@dataclass
 class TrainConfig(CommandConfig):
     """Schema of ``rewind-train``.
 
@@ -224,7 +202,7 @@ class TrainConfig(CommandConfig):
     init: InitConfig = field(default_factory=InitConfig)
 
     def __post_init__(self) -> None:
-        require(self.device in DEVICES, f"device must be one of [{', '.join(DEVICES)}]; got '{self.device}'")
+        check_device(self.device)
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         policy_config(self.policy)

@@ -15,24 +15,11 @@ from typing import Any
 from rewind.config import ConfigError
 from rewind.policies.base import ActionChunkPolicy
 from rewind.train.config import InitConfig
-from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
+from rewind.train.policy_api import resolve_weights
 from rewind.utils.io import as_json, changed_keys
 
 #: Prefix of the normalizer's entries in a policy ``state_dict``.
 NORMALIZER_PREFIX = "normalizer."
-
-
-def resolve_weights_folder(path: str | Path) -> Path:
-    """A weights folder from ``path``: the folder itself, or the newest save (``last.json``) of a
-    ``weights`` folder or of a training run folder."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ConfigError(f"init.from_weights: {p} does not exist")
-    for folder in (p, p / WEIGHTS_DIR):
-        step = read_pointer(folder) if folder.is_dir() else None
-        if step is not None:
-            return folder / step_name(step)
-    return p
 
 
 def check_policy_config(folder: Path, name: str, config: Any) -> dict[str, Any]:
@@ -71,7 +58,7 @@ def load_init(policy: ActionChunkPolicy, cfg: InitConfig, name: str, config: Any
     """
     from rewind.policies.io import PolicyWeightsError, read_weights_state
 
-    folder = resolve_weights_folder(str(cfg.from_weights))
+    folder = resolve_weights(str(cfg.from_weights), key="init.from_weights")
     meta = check_policy_config(folder, name, config)
     try:
         state = read_weights_state(folder, meta)  # the file inside the folder, sha256-checked, finite

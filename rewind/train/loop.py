@@ -11,7 +11,8 @@ import torch
 
 from rewind.metrics import MetricsLogger
 from rewind.train.config import TrainConfig
-from rewind.train.trainer import Trainer, check_fresh, resolve_device
+from rewind.train.trainer import Trainer, check_fresh
+from rewind.utils.device import resolve_device
 
 log = logging.getLogger(__name__)
 

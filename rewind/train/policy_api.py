@@ -1,8 +1,10 @@
 """The training and evaluation side of the policy API, in one place.
 
-Everything ``rewind.train`` and ``rewind.eval`` need from ``rewind.policies`` (registry, weights I/O,
-normalizer fitting, EMA, the loss with an explicit generator) goes through these functions, so a change
-in the policies package touches this module only.
+Everything ``rewind.train``, ``rewind.monitor``, ``rewind.eval``, ``rewind.loop`` and ``rewind.teleop``
+need from ``rewind.policies`` (registry, weights I/O, normalizer fitting, EMA, the loss with an
+explicit generator) goes through these functions, so a change in the policies package touches this
+module only. Policy weights for an env are loaded in one way, :func:`load_policy`, from any path
+:func:`resolve_weights` accepts (a ``step_XXXXXX`` folder, a ``weights`` folder or a training run).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,9 @@ import torch
 
 from rewind.config import ConfigError
 from rewind.policies.base import ActionChunkPolicy
-from rewind.store import StoreSpec
+from rewind.store import StoreSpec, store_spec_for
 from rewind.store.windows import ReplayBuffer
+from rewind.train.state import WEIGHTS_DIR, read_pointer, step_name
 
 LossFn = Callable[[dict[str, Any], torch.Generator], torch.Tensor]
 
@@ -113,3 +117,66 @@ def weights_version(folder: Path) -> str:
     from rewind.policies.io import read_policy_meta, weights_hash
 
     return f"{read_policy_meta(folder)['policy_type']}/{weights_hash(folder)[:16]}"
+
+
+def resolve_weights(path: str | Path, key: str = "policy_path") -> Path:
+    """A policy weights folder from ``path``: the folder itself, or the newest save (``last.json``) of a
+    ``weights`` folder or of a training run folder.
+
+    Raises:
+        ConfigError: ``path`` does not exist (``<key> does not exist: <path>``).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"{key} does not exist: {p}")
+    for folder in (p, p / WEIGHTS_DIR):
+        step = read_pointer(folder) if folder.is_dir() else None
+        if step is not None:
+            return folder / step_name(step)
+    return p
+
+
+@dataclass
+class LoadedPolicy:
+    """Policy weights loaded for an env: the policy, its folder, ``policy_version`` and sha256."""
+
+    policy: ActionChunkPolicy
+    folder: Path
+    version: str
+    weights_hash: str
+
+
+def load_policy(
+    policy_path: str | Path,
+    env: Any,
+    env_name: str,
+    device: torch.device,
+    n_action_steps: int | None = None,
+    noise_mode: str = "fresh",
+) -> LoadedPolicy:
+    """Load the newest weights under ``policy_path`` for ``env``'s layout (eval mode), with the
+    inference-time settings ``n_action_steps`` and ``noise_mode`` applied: the one way every command
+    loads a policy."""
+    from rewind.policies.io import weights_hash
+
+    folder = resolve_weights(policy_path)
+    policy, _ = load_weights(folder, device, store_spec_for(env), env_name)
+    apply_inference_settings(policy, n_action_steps, noise_mode)
+    return LoadedPolicy(policy, folder, weights_version(folder), weights_hash(folder))
+
+
+def apply_inference_settings(policy: ActionChunkPolicy, n_action_steps: int | None, noise_mode: str) -> None:
+    """Set ``n_action_steps`` (``None``: keep) and the sampling ``noise_mode`` (policies that sample).
+
+    Raises:
+        ConfigError: a value the policy does not accept.
+    """
+    try:
+        if n_action_steps is not None:
+            policy.set_n_action_steps(n_action_steps)
+        if hasattr(policy, "set_noise_mode"):
+            policy.set_noise_mode(noise_mode)
+        elif noise_mode != "fresh":
+            raise ValueError(f"{type(policy).__name__} does not sample noise; noise_mode must be 'fresh'")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc

@@ -43,6 +43,7 @@ from rewind.train.state import (
     step_name,
     write_pointer,
 )
+from rewind.utils.device import resolve_device
 from rewind.utils.io import as_json, changed_keys
 from rewind.utils.run_info import git_revision
 from rewind.utils.seeding import torch_generator
@@ -57,18 +58,6 @@ RESUMABLE_TRAIN_CHANGES = ("steps", "save_every", "val_every", "log_every")
 class TrainingDivergedError(ConfigError):
     """The loss or gradient norm became non-finite (nan/inf); the message names the first such step and
     the last good save. Reported as one line (exit status 2) by ``rewind-train``."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto``: cuda if available, then mps, then cpu; otherwise the named device (checked)."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but CUDA is not available (use device=auto or cpu)")
-    return torch.device(name)
 
 
 def resume_signature(cfg: TrainConfig) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from _train_helpers import collect_lift_store, run_cli, train_config
 
 from rewind.config import ConfigError, to_dataclass
 from rewind.eval import EvalConfig, run_eval
-from rewind.eval.runner import resolve_weights
 from rewind.metrics import read_metrics
 from rewind.scripts.eval import main as eval_main
 from rewind.store import ReplayStore
 from rewind.train import run_train
+from rewind.train.policy_api import resolve_weights
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +94,10 @@ def test_policy_path_forms_and_bad_profiles(tmp_path: Path, run_dir: Path) -> No
     assert resolve_weights(str(run_dir)) == newest
     assert resolve_weights(str(run_dir / "weights")) == newest
     assert resolve_weights(str(run_dir / "weights" / "step_000005")) == run_dir / "weights" / "step_000005"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ConfigError, match="^policy_path does not exist: .*nope$"):
         resolve_weights(str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="^init.from_weights does not exist"):
+        resolve_weights(tmp_path / "nope", key="init.from_weights")
     with pytest.raises(ConfigError, match="perturb.nudge_prb: unknown key"):
         _eval_config(tmp_path, run_dir, perturb={"nudge_prb": 1.0})
     with pytest.raises(ConfigError, match="perturb: nudge_prob must be in"):

@@ -11,11 +11,11 @@ import torch
 from rewind.config import ConfigError
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import LoopRecording, run_episode
+from rewind.loop.episodes import run_episode
 from rewind.loop.guided import DriftGuide, GuidedConfig, LatentDynamics, PhaseModel, kmeans
-from rewind.loop.sources import SourceContext, make_source
+from rewind.loop.sources import LoopRecording, SourceContext, make_source
 from rewind.monitor import MonitoredEpisode, RewindConfig
-from rewind.monitor.rollouts import load_policy
+from rewind.train.policy_api import load_policy
 
 
 def _phases() -> tuple[PhaseModel, np.ndarray]:

@@ -126,10 +126,10 @@ def test_cli_builds_its_own_base_and_reports_bad_values(
 
 
 def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, tiny_base) -> None:
-    from rewind.eval.runner import resolve_weights
     from rewind.loop import stages
     from rewind.monitor import Calibration
     from rewind.policies.io import weights_hash
+    from rewind.train.policy_api import resolve_weights
 
     weights = resolve_weights(str(tiny_base["train"]))
     cal = tmp_path / "cal"

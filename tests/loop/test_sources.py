@@ -10,11 +10,11 @@ import torch
 from rewind.config import ConfigError, to_dataclass
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import LoopRecording, collect_episodes, run_episode
-from rewind.loop.sources import HumanSource, keep_episode, make_source
+from rewind.loop.episodes import collect_episodes, run_episode
+from rewind.loop.sources import HumanSource, LoopRecording, keep_episode, make_source
 from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, make_score
-from rewind.monitor.rollouts import load_policy
 from rewind.store import ReplayStore
+from rewind.train.policy_api import load_policy
 
 OPERATOR_LABELS = {"recovery", "correction", "human"}
 
@@ -111,7 +111,7 @@ def test_stall_trigger_without_a_monitor_and_keep_rules(parts, tmp_path: Path) -
     def make() -> MonitoredEpisode:
         return MonitoredEpisode(env, loaded.policy, None, None, RewindConfig(auto_rewind=False))
 
-    from rewind.collect import store_spec_for
+    from rewind.store import store_spec_for
 
     with ReplayStore.create(tmp_path / "s", store_spec_for(env)) as store:
         outs = collect_episodes(

@@ -10,11 +10,11 @@ from _train_helpers import run_cli
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration
 from rewind.monitor.detection import ScoredEpisode, auroc, detection_metrics, first_alarm, point_of_no_return
-from rewind.monitor.rollouts import load_policy
 from rewind.monitor.runner import MonitoredEpisode, rewindable
 from rewind.scripts.calibrate import main as calibrate_main
 from rewind.scripts.eval import main as eval_main
 from rewind.scripts.monitor_eval import main as monitor_eval_main
+from rewind.train.policy_api import load_policy
 
 
 def _common(tiny_run) -> list[str]:

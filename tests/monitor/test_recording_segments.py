@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from rewind.collect import store_spec_for
 from rewind.envs.registry import make_env
 from rewind.monitor import MonitoredEpisode, RewindConfig
 from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker, ReachedCheckpoint
 from rewind.monitor.recording import EpisodeRecording
-from rewind.monitor.rollouts import load_policy
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.store.windows import ReplayBuffer, WindowSampler
+from rewind.train.policy_api import load_policy
 
 REWIND_AT, RUN_TO, AFTER = 10, 20, 25
 

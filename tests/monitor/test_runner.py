@@ -9,9 +9,9 @@ from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, build_library, make_score
 from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker, ReachedCheckpoint, StageLabeler
 from rewind.monitor.recording import EpisodeRecording
-from rewind.monitor.rollouts import load_policy
 from rewind.monitor.scores import policy_features
 from rewind.store import ReplayStore
+from rewind.train.policy_api import load_policy
 
 
 @pytest.fixture()
@@ -114,7 +114,7 @@ def test_rewind_to_a_chosen_checkpoint(parts) -> None:
 
 def test_recording_commits_labels_atomically(parts, tmp_path) -> None:
     env, loaded = parts
-    from rewind.collect import store_spec_for
+    from rewind.store import store_spec_for
 
     ep = MonitoredEpisode(env, loaded.policy)
     ep.reset(0)

@@ -15,14 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
 from _train_helpers import collect_lift_store, train_config  # noqa: E402
 
-from rewind.collect import store_spec_for  # noqa: E402
 from rewind.envs.config import EnvConfig, build_env  # noqa: E402
-from rewind.eval.runner import resolve_weights  # noqa: E402
 from rewind.monitor.conformal import Calibration  # noqa: E402
 from rewind.policies.io import weights_hash  # noqa: E402
+from rewind.store import store_spec_for  # noqa: E402
 from rewind.teleop import SimLoop, TeleopServer, TeleopSession  # noqa: E402
 from rewind.teleop.frames import FrameRenderer  # noqa: E402
 from rewind.train import run_train  # noqa: E402
+from rewind.train.policy_api import resolve_weights  # noqa: E402
 
 SHORT_TRAIN = {
     "steps": 10,

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from _train_helpers import run_cli
 
-from rewind.collect import store_spec_for
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig, build_env
 from rewind.scripts.teleop import main as teleop_main
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop import SimLoop, TeleopServer, TeleopSession
 from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.server import check_binding

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewind.collect import store_spec_for
 from rewind.envs.config import EnvConfig, build_env
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop import ControlSettings, SessionSettings, TeleopCommandError, TeleopSession
 from rewind.teleop.app import load_calibrated_monitor
 from rewind.teleop.config import TrackingConfig

@@ -23,11 +23,10 @@ import pytest
 from _teleop_helpers import default_sigint  # noqa: E402
 from _train_helpers import run_cli
 
-from rewind.collect import store_spec_for
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig, build_env
 from rewind.scripts.teleop import main as teleop_main
-from rewind.store import ReplayStore
+from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop import SessionSettings, SimLoop, TeleopConfig, TeleopServer, TeleopSession
 from rewind.teleop.app import TeleopCrashed, serve
 from rewind.teleop.config import TOKEN_ENV, ViewConfig, resolve_token
