@@ -13,6 +13,7 @@ from typing import Any
 
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig
+from rewind.envs.operators.human_like import OperatorModelConfig
 from rewind.loop.guided import GuidedConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.runner import REWIND_MODES
@@ -92,6 +93,9 @@ class RecoveryConfig:
         person: (human) ``teleop``: a person with ``rewind-teleop`` fills the round's store (the loop
             prints the command and waits); ``scripted``: the scripted operator stands in, labelled ``human``.
         guided: (guided) ReGuide settings.
+        operator_model: who drives the operator's steps: ``perfect`` (the scripted operator) or
+            ``human_like`` (delayed, noisy, speed-capped, failing more far from the demos; Hydra group
+            ``recovery/operator_model=``, ``configs/recovery/operator_model/``).
     """
 
     name: str = "operator"
@@ -106,6 +110,7 @@ class RecoveryConfig:
     operator_noise: float = 0.05
     person: str = "teleop"
     guided: GuidedConfig = field(default_factory=GuidedConfig)
+    operator_model: OperatorModelConfig = field(default_factory=OperatorModelConfig)
 
     def __post_init__(self) -> None:
         checks = (("name", RECOVERY_SOURCES), ("after", AFTER_MODES), ("until", UNTIL_MODES),

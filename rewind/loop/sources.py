@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -37,6 +38,7 @@ from rewind.config import ConfigError
 from rewind.envs import make_operator
 from rewind.envs.operators.base import Operator, OperatorNoise
 from rewind.envs.operators.handback import complete_current_stage
+from rewind.envs.operators.human_like import DemoDistance, HumanLikeOperator, operator_time_s
 from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
 from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
 from rewind.monitor.runner import MonitoredEpisode, StepResult
@@ -100,10 +102,11 @@ class LoopRecording(EpisodeRecording):
 
 class EpisodeAsEnv:
     """A :class:`MonitoredEpisode` seen as a gym env by a scripted operator: each ``step`` is an
-    ``external_step`` with label ``source`` (recorded, counted, policy queue cleared)."""
+    ``external_step`` with label ``source`` (recorded, counted, policy queue cleared). ``stop()`` true
+    after a step (a human-like operator gave up) ends the drive: the step reports ``truncated``."""
 
-    def __init__(self, ep: MonitoredEpisode, source: str) -> None:
-        self.ep, self.source = ep, source
+    def __init__(self, ep: MonitoredEpisode, source: str, stop: Callable[[], bool] | None = None) -> None:
+        self.ep, self.source, self.stop = ep, source, stop
 
     @property
     def unwrapped(self) -> Any:
@@ -111,9 +114,9 @@ class EpisodeAsEnv:
         return self.ep.base
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """Apply ``action`` as ``source``; returns ``(obs, 0.0, done, False, info)``."""
+        """Apply ``action`` as ``source``; returns ``(obs, 0.0, done, stopped, info)``."""
         res = self.ep.external_step(action, self.source)
-        return self.ep.obs, 0.0, res.done, False, res.info
+        return self.ep.obs, 0.0, res.done, self.stop is not None and self.stop(), res.info
 
 
 def drive_operator(
@@ -122,7 +125,7 @@ def drive_operator(
     """The operator drives ``ep`` (label ``label``) until the current ``stage`` or the whole ``task`` is
     done, the episode ends, or ``budget`` steps are spent; returns the steps taken and whether it
     completed what it set out to do (a stage, or the task)."""
-    env, steps, completed = EpisodeAsEnv(ep, label), 0, False
+    env, steps, completed = EpisodeAsEnv(ep, label, getattr(operator, "stopped", None)), 0, False
     while steps < budget and not ep.done:
         res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
         steps += res.steps
@@ -154,13 +157,24 @@ class RecoverySource(ABC):
 
     def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
         self.cfg, self.env_name = cfg, env_name
-        self.operator: Operator = make_operator(env_name, noise=OperatorNoise(action_std=cfg.operator_noise))
+        model = cfg.operator_model
+        if model.name == "human_like":  # the model's noise replaces the operator's own
+            inner = make_operator(env_name, noise=OperatorNoise(action_std=0.0))
+            self.operator: Operator = HumanLikeOperator(inner, model)
+        else:
+            self.operator = make_operator(env_name, noise=OperatorNoise(action_std=cfg.operator_noise))
         self._seed, self._count, self.failed = 0, 0, 0
+        self.operator_time_s = 0.0
 
     def prepare(self, ctx: SourceContext) -> dict[str, Any]:
-        """Build what the source needs before the round's episodes (default: nothing); returns what to
-        record in the round (e.g. the guided source's models)."""
-        return {}
+        """Build what the source needs before the round's episodes (default: a human-like operator's
+        :class:`DemoDistance`); returns what to record in the round (e.g. the guided source's models)."""
+        if not isinstance(self.operator, HumanLikeOperator):
+            return {}
+        model = self.cfg.operator_model
+        dist = DemoDistance.from_store(ctx.demos_path, quantile=model.ref_quantile, seed=ctx.seed)
+        self.operator.distance = dist
+        return {"demo_distance": self.operator.distance.describe()}
 
     def begin(self, ep: MonitoredEpisode, seed: int) -> None:
         """A new episode with env seed ``seed`` starts (after ``ep.reset``)."""
@@ -170,8 +184,16 @@ class RecoverySource(ABC):
         """Called before every policy step (the guided source sets its guidance target here)."""
 
     def report(self) -> dict[str, Any]:
-        """What the source did over the round (recorded with the round's collection)."""
-        return {}
+        """What the source did over the round (recorded with the round's collection): the operator
+        model, the simulated operator time (every operator step at the control rate, plus
+        ``operator_model.overhead_s`` per intervention) and a human-like operator's counts."""
+        if not self.counted:
+            return {}
+        out: dict[str, Any] = {"operator_model": self.cfg.operator_model.name,
+                               "operator_time_s": round(self.operator_time_s, 3)}  # fmt: skip
+        if isinstance(self.operator, HumanLikeOperator):
+            out["human_like"] = self.operator.stats.as_dict()
+        return out
 
     def fresh_operator(self) -> Operator:
         """The scripted operator, reset with a generator seeded by (episode seed, intervention index)."""
@@ -183,8 +205,13 @@ class RecoverySource(ABC):
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """React to an alarm (or stall) at policy step ``res``; return :data:`CONTINUE` or :data:`END`."""
 
-    def finish(self, ep: MonitoredEpisode) -> None:  # noqa: B027 (optional hook)
-        """The episode is over (undo per-episode changes to the policy)."""
+    def finish(self, ep: MonitoredEpisode) -> None:
+        """The episode is over (undo per-episode changes to the policy); adds its operator time: every
+        non-policy step (all of them counted here), including any a ``restore`` later dropped."""
+        if self.counted:
+            n = sum(ev["kind"] == "intervention" for ev in ep.log.events)
+            overhead = self.cfg.operator_model.overhead_s
+            self.operator_time_s += operator_time_s(ep.log.external_steps, n, overhead)
 
 
 class RetrySource(RecoverySource):

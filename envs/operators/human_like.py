@@ -1,0 +1,335 @@
+"""A human-like operator model: a scripted :class:`Operator` made slow, noisy and fallible, the more so
+the farther the state is from the demos (``recovery/operator_model=human_like``, issue 13).
+
+RaC's claim is about people: a correction from an unfamiliar failure state is slow and unreliable,
+one from a familiar state (after rewinding to it) is easy. A scripted operator is equally good from
+any state, so it cannot test that claim. :class:`HumanLikeOperator` wraps any task's scripted
+operator and, per takeover (``reset``):
+
+1. **reaction delay**: the first ``reaction_s`` seconds it sends the hold action (no motion, fingers
+   kept as they are);
+2. at its first decision it may **give up** (probability rising with the distance from the demos):
+   it hesitates ``give_up_s`` seconds (hold) and stops; the driver ends the intervention, failed;
+3. otherwise it drives with the scripted plan, plus Gaussian **noise** on translation/yaw, under a
+   **speed cap** on translation and yaw, both worse far from the demos; each step a **botch** may start
+   (a rate per second rising with the distance): ``botch_s`` seconds of drift in a random direction with
+   the fingers commanded open or closed at random (a held object may drop).
+
+Distance: :class:`DemoDistance`, the nearest-demo-state distance of the observation with every
+dimension scaled to the demos' min/max, divided by a reference (a quantile of the distance of held-out
+demo episodes to the others: ``ratio <= 1`` is "as close as a new demo"). Unfamiliarity
+``u = clip((ratio - 1) / (far_ratio - 1), 0, 1)`` interpolates every parameter from its ``*_near`` to
+its ``*_far`` value. All randomness comes from the generator given to ``reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewind.config import require
+from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, TaskEnv
+from rewind.envs.core.mjcf import FINGER_STROKE, N_SUBSTEPS, TIMESTEP
+from rewind.envs.operators.base import Operator
+from rewind.store import ReplayStore
+
+log = logging.getLogger(__name__)
+
+#: Control period of every task (s): ``N_SUBSTEPS`` physics steps of ``TIMESTEP`` (20 Hz).
+CONTROL_DT = TIMESTEP * N_SUBSTEPS
+#: ``recovery.operator_model.name`` values.
+OPERATOR_MODELS = ("perfect", "human_like")
+
+
+@dataclass
+class OperatorModelConfig:
+    """Who drives the operator's interventions (Hydra group ``recovery/operator_model=``).
+
+    ``perfect`` is the scripted operator unchanged (every other key is ignored except
+    ``overhead_s``); ``human_like`` wraps it in :class:`HumanLikeOperator`. Where a value has no
+    published source it is an assumption (see ``configs/recovery/operator_model/human_like.yaml``).
+
+    Attributes:
+        name: ``perfect`` or ``human_like``.
+        reaction_s: hold time after each takeover (s).
+        noise_near / noise_far: std of the Gaussian noise on the translation/yaw action entries.
+        speed_near / speed_far: translation speed cap (m/s, norm of the xyz motion).
+        yaw_rate_near / yaw_rate_far: yaw rate cap (rad/s).
+        give_up_near / give_up_far: probability of giving up at a takeover's first decision.
+        give_up_s: hesitation (hold) before a give-up ends the intervention (s).
+        botch_rate_near / botch_rate_far: rate (per s) at which a botched stretch starts.
+        botch_s: length of a botched stretch (s).
+        far_ratio: distance ratio (to the demos' own reference distance) at which every parameter
+            reaches its ``*_far`` value; at ratio <= 1 they are at ``*_near``.
+        ref_quantile: quantile of held-out demo distances used as the reference distance.
+        overhead_s: simulated operator time added per intervention (s), on top of the steps.
+    """
+
+    name: str = "perfect"
+    reaction_s: float = 0.25
+    noise_near: float = 0.05
+    noise_far: float = 0.2
+    speed_near: float = 0.25
+    speed_far: float = 0.12
+    yaw_rate_near: float = 1.5
+    yaw_rate_far: float = 0.75
+    give_up_near: float = 0.0
+    give_up_far: float = 0.3
+    give_up_s: float = 1.0
+    botch_rate_near: float = 0.0
+    botch_rate_far: float = 0.5
+    botch_s: float = 0.5
+    far_ratio: float = 4.0
+    ref_quantile: float = 0.95
+    overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.name in OPERATOR_MODELS,
+                f"recovery.operator_model.name must be one of [{', '.join(OPERATOR_MODELS)}]; got '{self.name}'")  # fmt: skip
+        for key in ("reaction_s", "noise_near", "noise_far", "give_up_s", "botch_rate_near", "botch_rate_far",
+                    "botch_s", "overhead_s"):  # fmt: skip
+            require(
+                getattr(self, key) >= 0,
+                f"recovery.operator_model.{key} must be >= 0; got {getattr(self, key)}",
+            )
+        for key in ("speed_near", "speed_far", "yaw_rate_near", "yaw_rate_far"):
+            require(
+                getattr(self, key) > 0, f"recovery.operator_model.{key} must be > 0; got {getattr(self, key)}"
+            )
+        for key in ("give_up_near", "give_up_far"):
+            require(0 <= getattr(self, key) <= 1,
+                    f"recovery.operator_model.{key} must be in [0, 1]; got {getattr(self, key)}")  # fmt: skip
+        require(self.far_ratio > 1, f"recovery.operator_model.far_ratio must be > 1; got {self.far_ratio}")
+        require(0 < self.ref_quantile <= 1,
+                f"recovery.operator_model.ref_quantile must be in (0, 1]; got {self.ref_quantile}")  # fmt: skip
+
+    def steps(self, seconds: float) -> int:
+        """``seconds`` of operator time as control steps (rounded)."""
+        return int(round(seconds / CONTROL_DT))
+
+
+def operator_time_s(steps: int, interventions: int, overhead_s: float = 0.0) -> float:
+    """Simulated operator time: ``steps`` control steps at :data:`CONTROL_DT` plus ``overhead_s`` per
+    intervention."""
+    return steps * CONTROL_DT + interventions * overhead_s
+
+
+class DemoDistance:
+    """Nearest-demo-state distance in a min/max-normalised observation space (brute force, numpy).
+
+    Args:
+        states: ``[N, D]`` demo observations (the ``keys`` concatenated in order).
+        episode: ``[N]`` episode index of every row (the reference holds whole episodes out).
+        keys: the observation keys, in the order of ``states``' columns.
+        quantile: the reference distance is this quantile of held-out demo states' distances.
+        folds: episode folds for the reference; max_queries: held-out states sampled for it.
+        seed: seeds the sampling of those states.
+    """
+
+    def __init__(self, states: np.ndarray, episode: np.ndarray, keys: Sequence[str], quantile: float = 0.95,
+                 folds: int = 5, max_queries: int = 2000, seed: int = 0) -> None:  # fmt: skip
+        states = np.asarray(states, dtype=np.float64)
+        episode = np.asarray(episode)
+        n_eps = len(np.unique(episode))
+        if states.ndim != 2 or len(states) != len(episode) or n_eps < 2:
+            raise ValueError(
+                f"DemoDistance needs [N, D] states from >= 2 episodes; got {states.shape}, {n_eps}"
+            )
+        self.keys = list(keys)
+        self.lo = states.min(0)
+        span = states.max(0) - self.lo
+        self.scale = np.where(span > 1e-6, span, 1.0)
+        self.x = ((states - self.lo) / self.scale).astype(np.float32)
+        self._sq = np.einsum("ij,ij->i", self.x, self.x)
+        self.reference = self._reference(episode, quantile, folds, max_queries, np.random.default_rng(seed))
+
+    @classmethod
+    def from_store(cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.95,
+                   seed: int = 0) -> DemoDistance:  # fmt: skip
+        """Every step of every episode of the store at ``path`` (``keys``: default all non-image keys)."""
+        with ReplayStore.open(path) as store:
+            keys = list(keys) if keys else [k for k in store.spec.obs if not store.spec.is_image(k)]
+            rows, eps = [], []
+            for i, info in enumerate(store.episodes()):
+                ep = store.load(info.id, obs_keys=keys)
+                rows.append(np.concatenate([ep.obs[k].reshape(info.length, -1) for k in keys], axis=1))
+                eps.append(np.full(info.length, i))
+        if not rows:
+            raise ValueError(f"the demo store {path} has no episodes")
+        return cls(np.concatenate(rows), np.concatenate(eps), keys, quantile, seed=seed)
+
+    def _nearest(self, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Euclidean distance of each row of normalised ``q`` ``[M, D]`` to its nearest demo state
+        (among ``rows`` if given), in chunks."""
+        x = self.x if rows is None else self.x[rows]
+        sq = self._sq if rows is None else self._sq[rows]
+        out = np.empty(len(q))
+        for s in range(0, len(q), 256):
+            c = q[s : s + 256].astype(np.float32)
+            d2 = sq[None, :] - 2.0 * (c @ x.T) + np.einsum("ij,ij->i", c, c)[:, None]
+            out[s : s + 256] = np.sqrt(np.maximum(d2.min(1), 0.0))
+        return out
+
+    def _reference(self, episode: np.ndarray, quantile: float, folds: int, max_queries: int,
+                   rng: np.random.Generator) -> float:  # fmt: skip
+        """The ``quantile`` of held-out episodes' nearest distances to the other episodes."""
+        ids = rng.permutation(np.unique(episode))
+        dists = []
+        per_fold = max(1, max_queries // min(folds, len(ids)))
+        for part in np.array_split(ids, min(folds, len(ids))):
+            held = np.isin(episode, part)
+            q = np.flatnonzero(held)
+            q = rng.choice(q, size=min(per_fold, len(q)), replace=False)
+            dists.append(self._nearest(self.x[q], np.flatnonzero(~held)))
+        ref = float(np.quantile(np.concatenate(dists), quantile))
+        return ref if ref > 1e-9 else 1e-9
+
+    def vector(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """The normalised ``[D]`` vector of one observation."""
+        v = np.concatenate([np.asarray(obs[k], dtype=np.float64).ravel() for k in self.keys])
+        return (v - self.lo) / self.scale
+
+    def distance(self, obs: dict[str, np.ndarray]) -> float:
+        """Nearest-demo-state distance of ``obs`` (normalised units)."""
+        return float(self._nearest(self.vector(obs)[None])[0])
+
+    def ratio(self, obs: dict[str, np.ndarray]) -> float:
+        """:meth:`distance` over the reference distance (``<= 1``: as close as a held-out demo)."""
+        return self.distance(obs) / self.reference
+
+    def describe(self) -> dict[str, Any]:
+        """What the distance was built from (recorded with the round)."""
+        return {"states": len(self.x), "dims": int(self.x.shape[1]), "keys": self.keys,
+                "reference": round(self.reference, 6)}  # fmt: skip
+
+
+def hold_action(env: TaskEnv) -> np.ndarray:
+    """No motion, the finger command the env is applying now (a hold does not drop what is held)."""
+    a = np.zeros(5, dtype=np.float32)
+    a[4] = float(np.clip(np.mean(env.data.ctrl) / FINGER_STROKE * 2.0 - 1.0, -1.0, 1.0))
+    return a
+
+
+@dataclass
+class HumanLikeStats:
+    """What a :class:`HumanLikeOperator` did, summed over its takeovers (steps are control steps)."""
+
+    takeovers: int = 0
+    steps: int = 0
+    delay_steps: int = 0
+    give_ups: int = 0
+    give_up_steps: int = 0
+    botches: int = 0
+    botch_steps: int = 0
+    ratios: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counts plus the mean and max distance ratio at the takeovers' first decisions."""
+        d = {k: v for k, v in asdict(self).items() if k != "ratios"}
+        r = np.asarray(self.ratios)
+        return {**d, "ratio_mean": round(float(r.mean()), 4) if r.size else None,
+                "ratio_max": round(float(r.max()), 4) if r.size else None}  # fmt: skip
+
+
+class HumanLikeOperator(Operator):
+    """A scripted operator ``inner`` driven like a person would (see the module docstring).
+
+    Args:
+        inner: the task's scripted operator (best built without its own action noise: the model's
+            ``noise_*`` is then the whole noise).
+        cfg: the model's parameters (``name`` is not checked here).
+        distance: the demos' :class:`DemoDistance`; ``None``: every state counts as familiar.
+    """
+
+    def __init__(
+        self, inner: Operator, cfg: OperatorModelConfig, distance: DemoDistance | None = None
+    ) -> None:
+        super().__init__(inner.noise)
+        self.inner, self.cfg, self.distance = inner, cfg, distance
+        self.stats = HumanLikeStats()
+        self._t, self._give_up_left, self._botch_left = 0, -1, 0
+        self._botch_dir, self._botch_grip = np.zeros(3), 1.0
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """A new takeover: the delay starts again; the inner operator's style is drawn from ``rng`` too."""
+        self._rng = rng
+        self.inner.reset(rng)
+        self._t, self._give_up_left, self._botch_left = 0, -1, 0
+        self.stats.takeovers += 1
+
+    def plan(self, env: TaskEnv, stage: int) -> np.ndarray:
+        """The inner operator's noise-free plan."""
+        return self.inner.plan(env, stage)
+
+    def stopped(self) -> bool:
+        """The operator gave up and has finished hesitating: the intervention should end now."""
+        return self._give_up_left == 0
+
+    def unfamiliarity(self, env: TaskEnv) -> tuple[float, float]:
+        """``(u, ratio)`` of ``env``'s current state: ``u`` in [0, 1], 0 at the demos."""
+        if self.distance is None:
+            return 0.0, 0.0
+        ratio = self.distance.ratio(env.observation())
+        return float(np.clip((ratio - 1.0) / (self.cfg.far_ratio - 1.0), 0.0, 1.0)), ratio
+
+    def _lerp(self, name: str, u: float) -> float:
+        near, far = getattr(self.cfg, f"{name}_near"), getattr(self.cfg, f"{name}_far")
+        return near + u * (far - near)
+
+    def act(self, env: TaskEnv) -> np.ndarray:
+        """The next action (float32 ``[5]``): hold during the delay or a give-up, else the noisy,
+        speed-capped plan or a botched stretch."""
+        base = env.unwrapped
+        self._t += 1
+        self.stats.steps += 1
+        if self._t <= self.cfg.steps(self.cfg.reaction_s):
+            self.stats.delay_steps += 1
+            return hold_action(base)
+        if self._give_up_left >= 0:
+            return self._give_up_step(base)
+        u, ratio = self.unfamiliarity(base)
+        if self._t == self.cfg.steps(self.cfg.reaction_s) + 1:  # the first decision of this takeover
+            self.stats.ratios.append(ratio)
+            if self._rng.random() < self._lerp("give_up", u):
+                self.stats.give_ups += 1
+                self._give_up_left = max(1, self.cfg.steps(self.cfg.give_up_s))
+                return self._give_up_step(base)
+        cap = self._lerp("speed", u) * CONTROL_DT / MAX_DPOS
+        a = self._botch_step(cap, u)
+        if a is None:
+            a = self.inner.act(env).astype(np.float64)
+        std = self._lerp("noise", u)
+        if std > 0:
+            a[:4] += self._rng.normal(0.0, std, size=4)
+        norm = float(np.linalg.norm(a[:3]))
+        if norm > cap:
+            a[:3] *= cap / norm
+        yaw_cap = self._lerp("yaw_rate", u) * CONTROL_DT / MAX_DYAW
+        a[3] = np.clip(a[3], -yaw_cap, yaw_cap)
+        return np.clip(a, -1.0, 1.0).astype(np.float32)
+
+    def _give_up_step(self, base: TaskEnv) -> np.ndarray:
+        self._give_up_left = max(self._give_up_left - 1, 0)
+        self.stats.give_up_steps += 1
+        return hold_action(base)
+
+    def _botch_step(self, cap: float, u: float) -> np.ndarray | None:
+        """A botched action (drift, random finger command) when a botch is under way or starts now."""
+        if self._botch_left == 0 and self._rng.random() < self._lerp("botch_rate", u) * CONTROL_DT:
+            self.stats.botches += 1
+            self._botch_left = max(1, self.cfg.steps(self.cfg.botch_s))
+            d = self._rng.normal(size=3)
+            self._botch_dir = d / max(float(np.linalg.norm(d)), 1e-9)
+            self._botch_grip = float(self._rng.choice([-1.0, 1.0]))
+        if self._botch_left == 0:
+            return None
+        self._botch_left -= 1
+        self.stats.botch_steps += 1
+        a = np.zeros(5)
+        a[:3] = self._botch_dir * cap
+        a[4] = self._botch_grip
+        return a
