@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.config import ConfigError
+from rewind.loop.record import RoundRecord
 from rewind.utils.io import as_json, atomic_write_json, changed_keys
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,10 @@ def check_identity(out: Path, cfg: Any) -> bool:
     return True
 
 
-def load_record(out: Path, r: int) -> dict[str, Any] | None:
-    """The record of round ``r`` if it is done, else ``None``."""
+def load_record(out: Path, r: int) -> RoundRecord | None:
+    """The record of round ``r`` if it is done, else ``None`` (older ``round.json`` versions load too)."""
     path = round_dir(out, r) / RECORD
-    return json.loads(path.read_text()) if path.exists() else None
+    return RoundRecord.from_json(json.loads(path.read_text()), str(path)) if path.exists() else None
 
 
 def clear_unfinished(out: Path, r: int, keep: tuple[str, ...] = ()) -> Path:
@@ -95,9 +96,9 @@ def clear_unfinished(out: Path, r: int, keep: tuple[str, ...] = ()) -> Path:
     return folder
 
 
-def mark_done(out: Path, r: int, record: dict[str, Any]) -> None:
+def mark_done(out: Path, r: int, record: RoundRecord) -> None:
     """Write round ``r``'s record atomically: from now on the round is done."""
-    atomic_write_json(round_dir(out, r) / RECORD, record)
+    atomic_write_json(round_dir(out, r) / RECORD, record.to_json())
 
 
 def rel(out: Path, path: str | Path) -> str:

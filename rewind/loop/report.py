@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rewind.loop.record import EvalOutcome, RoundRecord, WaitingForHuman
 from rewind.metrics import MetricsLogger
 from rewind.utils.io import atomic_write_json, atomic_write_text
 
@@ -18,23 +19,27 @@ PLOT_ROUNDS = "success_by_round.png"
 WANDB_MARKER = "wandb_logged.json"
 
 
-def round_row(rec: dict[str, Any]) -> dict[str, Any]:
+def success_text(ev: EvalOutcome) -> str:
+    """``62% [48%, 74%] (31/50)``."""
+    lo, hi = ev.success_ci95
+    return f"{ev.success_rate:.0%} [{lo:.0%}, {hi:.0%}] ({ev.successes}/{ev.episodes})"
+
+
+def round_row(rec: RoundRecord) -> dict[str, Any]:
     """One flat row per round: policy version, data, operator steps, success with its interval."""
-    ev, ops = rec["eval"], rec["operator_steps"]
-    coll = rec.get("collection") or {}
-    lo, hi = ev["success_ci95"]
-    evr = rec.get("eval_rewind") or {}
-    ctl = (rec.get("control") or {}).get("eval") or {}
+    ev, ops = rec.eval, rec.operator_steps
+    coll = rec.collection or {}
+    lo, hi = ev.success_ci95
     return {
-        "round": rec["round"], "policy_version": rec["policy"]["version"], "parent": rec["policy"]["parent"],
+        "round": rec.round, "policy_version": rec.policy.version, "parent": rec.policy.parent,
         "episodes_collected": coll.get("episodes", 0), "episodes_kept": coll.get("kept", 0),
         "interventions": coll.get("interventions", 0), "labels": coll.get("labels", {}),
-        "operator_steps_round": ops["round"], "operator_steps_recovery": ops["recovery"],
-        "operator_steps_total": ops["total"], "operator_steps_demos": ops["demos"],
-        "success_rate": ev["success_rate"], "success_ci95_low": lo,
-        "success_ci95_high": hi, "success_with_rewind": evr.get("success_rate"),
-        "control_success": ctl.get("success_rate"),
-        "alpha_used": rec["calibration"].get("alpha"), "threshold": rec["calibration"].get("threshold"),
+        "operator_steps_round": ops.round, "operator_steps_recovery": ops.recovery,
+        "operator_steps_total": ops.total, "operator_steps_demos": ops.demos,
+        "success_rate": ev.success_rate, "success_ci95_low": lo,
+        "success_ci95_high": hi, "success_with_rewind": rec.eval_rewind.success_rate if rec.eval_rewind else None,
+        "control_success": rec.control.eval.success_rate if rec.control else None,
+        "alpha_used": rec.calibration.alpha, "threshold": rec.calibration.threshold,
     }  # fmt: skip
 
 
@@ -77,7 +82,7 @@ def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
     return paths
 
 
-def write_report(out: Path, records: list[dict[str, Any]], cfg: Any) -> Path:
+def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
     """``report.md`` and its plots in ``out`` (overwritten after every round)."""
     rows = [round_row(r) for r in records]
     title = f"{cfg.env.name}: recovery={cfg.recovery.name}, finetune={cfg.finetune.mode}"
@@ -100,7 +105,7 @@ def write_report(out: Path, records: list[dict[str, Any]], cfg: Any) -> Path:
     return atomic_write_text(out / REPORT, "\n".join(lines) + "\n")
 
 
-def log_to_wandb(out: Path, records: list[dict[str, Any]], cfg: Any) -> None:
+def log_to_wandb(out: Path, records: list[RoundRecord], cfg: Any) -> None:
     """The loop's one W&B run (and ``metrics.jsonl``): per-round scalars, the round table, the plots.
     Logged once the loop has run its rounds; a finished loop run again logs nothing new."""
     marker = out / WANDB_MARKER
@@ -126,29 +131,27 @@ def log_to_wandb(out: Path, records: list[dict[str, Any]], cfg: Any) -> None:
 
 
 def summarize_loop(
-    out: Path, records: list[dict[str, Any]], cfg: Any, waiting: dict[str, Any] | None
+    out: Path, records: list[RoundRecord], cfg: Any, waiting: WaitingForHuman | None
 ) -> dict[str, Any]:
     """The command's summary; logs success before and after with their intervals."""
-    from rewind.loop.stages import success_text
-
     first, last = records[0], records[-1]
     log.info("rewind-loop %s recovery=%s finetune=%s:", cfg.env.name, cfg.recovery.name, cfg.finetune.mode)
     for rec in records:
-        ops = rec["operator_steps"]
+        ops = rec.operator_steps
         log.info("  round %d: success %s; operator steps %d this round, %d in all (demos %d)",
-                 rec["round"], success_text(rec["eval"]), ops["round"], ops["total"], ops["demos"])  # fmt: skip
-    log.info("success before %s -> after %s", success_text(first["eval"]), success_text(last["eval"]))
-    control = (last.get("control") or {}).get("eval")
+                 rec.round, success_text(rec.eval), ops.round, ops.total, ops.demos)  # fmt: skip
+    log.info("success before %s -> after %s", success_text(first.eval), success_text(last.eval))
+    control = last.control.eval if last.control else None
     if control:
         log.info("control (the same fine-tuning on the demos alone): %s", success_text(control))
     log.info("report: %s", out / REPORT)
     return {
         "status": "waiting_for_human" if waiting else "done", "rounds_done": len(records) - 1,
-        "success_before": first["eval"]["success_rate"], "success_before_ci95": first["eval"]["success_ci95"],
-        "success_after": last["eval"]["success_rate"], "success_after_ci95": last["eval"]["success_ci95"],
-        "control_after": control["success_rate"] if control else None,
-        "control_after_ci95": control["success_ci95"] if control else None,
-        "operator_steps_recovery": last["operator_steps"]["recovery"], "operator_steps_demos": last["operator_steps"]["demos"],
+        "success_before": first.eval.success_rate, "success_before_ci95": first.eval.success_ci95,
+        "success_after": last.eval.success_rate, "success_after_ci95": last.eval.success_ci95,
+        "control_after": control.success_rate if control else None,
+        "control_after_ci95": control.success_ci95 if control else None,
+        "operator_steps_recovery": last.operator_steps.recovery, "operator_steps_demos": last.operator_steps.demos,
         "report": str(out / REPORT), "rounds": [round_row(r) for r in records],
-        **({"next_command": waiting["command"]} if waiting else {}),
+        **({"next_command": waiting.command} if waiting else {}),
     }  # fmt: skip

@@ -18,7 +18,16 @@ from rewind.loop import stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
 from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
-from rewind.loop.report import log_to_wandb, summarize_loop, write_report
+from rewind.loop.record import (
+    CalibrationOutcome,
+    ControlRecord,
+    EvalOutcome,
+    OperatorSteps,
+    PolicyRecord,
+    RoundRecord,
+    WaitingForHuman,
+)
+from rewind.loop.report import log_to_wandb, success_text, summarize_loop, write_report
 from rewind.loop.sources import SourceContext, is_external, make_source, source_class, teleop_command
 from rewind.monitor.runner import MonitoredEpisode, RewindConfig
 from rewind.monitor.setup import load_monitor
@@ -43,9 +52,8 @@ def _timed(timings: dict[str, float], name: str, hook: StageHook | None, r: int)
     timings[name] = round(time.perf_counter() - t0, 2)
 
 
-def _policy_record(out: Path, weights: Path, parent: str | None) -> dict[str, Any]:
-    return {"version": policy_api.weights_version(weights), "weights": rel(out, weights),
-            "sha256": weights_hash(weights), "parent": parent}  # fmt: skip
+def _policy_record(out: Path, weights: Path, parent: str | None) -> PolicyRecord:
+    return PolicyRecord(policy_api.weights_version(weights), rel(out, weights), weights_hash(weights), parent)
 
 
 def _abs(out: Path, path: str) -> Path:
@@ -54,7 +62,7 @@ def _abs(out: Path, path: str) -> Path:
 
 
 def _finish_round(cfg: LoopConfig, out: Path, r: int, weights: Path, demos: str, t: dict[str, float],
-                  hook: StageHook | None) -> dict[str, Any]:  # fmt: skip
+                  hook: StageHook | None) -> tuple[CalibrationOutcome, EvalOutcome, EvalOutcome | None]:  # fmt: skip
     """Calibrate and evaluate round ``r``'s weights (and with ``eval.rewind``, evaluate with rewind)."""
     folder = round_dir(out, r)
     with _timed(t, "calibrate", hook, r):
@@ -62,16 +70,16 @@ def _finish_round(cfg: LoopConfig, out: Path, r: int, weights: Path, demos: str,
     with _timed(t, "eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
     evr = None
-    if cfg.eval.rewind and cal["calibrated"]:
+    if cfg.eval.rewind and cal.calibrated:
         with _timed(t, "eval_rewind", hook, r):
-            evr = stages.evaluate(cfg, weights, folder / "eval_rewind", cal["folder"])
-    if cal.get("folder"):
-        cal["folder"] = rel(out, cal["folder"])
-    log.info("round %d: success %s", r, stages.success_text(ev))
-    return {"calibration": cal, "eval": ev, "eval_rewind": evr}
+            evr = stages.evaluate(cfg, weights, folder / "eval_rewind", cal.folder)
+    if cal.folder:
+        cal.folder = rel(out, cal.folder)
+    log.info("round %d: success %s", r, success_text(ev))
+    return cal, ev, evr
 
 
-def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> dict[str, Any]:
+def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> RoundRecord:
     """Round 0: the base policy (built from scripted demos unless ``base.policy_path``), calibrated and
     evaluated."""
     done = load_record(out, 0)
@@ -96,22 +104,24 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> dic
             stages.train(cfg, folder / "train", node)
         weights = resolve_weights(str(folder / "train"))
     demo_counts = stages.store_counts(demos)
-    record = {"round": 0, "policy": _policy_record(out, weights, None), "demos": rel(out, demos),
-              "data": {"demos": {k: v for k, v in demo_counts.items() if k != "episode_ids"}, "rounds": {}},
-              **_finish_round(cfg, out, 0, weights, demos, t, hook)}  # fmt: skip
-    record["operator_steps"] = {"demos": demo_counts["operator_steps"], "round": 0, "recovery": 0,
-                                "total": demo_counts["operator_steps"]}  # fmt: skip
-    record["timings_s"] = t
+    policy = _policy_record(out, weights, None)
+    cal, ev, evr = _finish_round(cfg, out, 0, weights, demos, t, hook)
+    n_demo = demo_counts["operator_steps"]
+    record = RoundRecord(
+        round=0, policy=policy, demos=rel(out, demos), calibration=cal, eval=ev, eval_rewind=evr,
+        data={"demos": {k: v for k, v in demo_counts.items() if k != "episode_ids"}, "rounds": {}},
+        operator_steps=OperatorSteps(demos=n_demo, round=0, recovery=0, total=n_demo), timings_s=t,
+    )  # fmt: skip
     mark_done(out, 0, record)
     return record
 
 
-def _collect(cfg: LoopConfig, out: Path, r: int, prev: dict[str, Any]) -> dict[str, Any]:
+def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str, Any] | WaitingForHuman:
     """Round ``r``'s episodes under the previous round's policy and monitor, into ``collect/store``."""
     folder = round_dir(out, r) / "collect"
-    store_path, weights = folder / "store", _abs(out, prev["policy"]["weights"])
-    cal = prev["calibration"]
-    cal_folder = str(_abs(out, cal["folder"])) if cal.get("calibrated") else None
+    store_path, weights = folder / "store", _abs(out, prev.policy.weights)
+    cal = prev.calibration
+    cal_folder = str(_abs(out, cal.folder)) if cal.calibrated and cal.folder else None
     seed0 = cfg.collect_seed + (r - 1) * cfg.episodes_per_round
     if is_external(cfg.recovery):
         return _external(cfg, r, store_path, weights, cal_folder, seed0)
@@ -124,7 +134,7 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: dict[str, Any]) -> dict[s
         )
         source = make_source(cfg.recovery, cfg.env.name)
         ctx = SourceContext(
-            env, loaded, str(_abs(out, prev.get("demos") or "")), folder, r, cfg.progress, cfg.seed
+            env, loaded, str(_abs(out, prev.demos or "")), folder, r, cfg.progress, cfg.seed
         )
         prepared = source.prepare(ctx)
         rw = RewindConfig(mode=cfg.recovery.rewind_mode, max_rewinds=10**6, auto_rewind=False)
@@ -146,13 +156,13 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: dict[str, Any]) -> dict[s
 
 def _external(
     cfg: LoopConfig, r: int, store: Path, weights: Path, cal: str | None, seed0: int
-) -> dict[str, Any]:
+) -> dict[str, Any] | WaitingForHuman:
     """A ``human`` round filled by ``rewind-teleop``: its counts, or what to run when it is not full yet."""
     have = stages.store_counts(store)["episodes"] if store.exists() else 0
     if have < cfg.episodes_per_round:
         cmd = teleop_command(cfg.env.name, str(weights), cal, str(store), r, seed0 + have,
                              cfg.episodes_per_round - have, cfg.recovery.rewind_mode)  # fmt: skip
-        return {"status": "waiting_for_human", "have": have, "need": cfg.episodes_per_round, "command": cmd}
+        return WaitingForHuman(have=have, need=cfg.episodes_per_round, command=cmd)
     counts = stages.store_counts(store)
     with ReplayStore.open(store) as s:
         ok = sum(bool(i.success) for i in s.episodes())
@@ -180,7 +190,7 @@ def _round_stores(
     return stores, counts, {q: n for q, n in useful.items() if n > 0}
 
 
-def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]],
+def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord],
                    control: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """The ``rewind-train`` node of round ``r`` (``control``: the same on the demos alone) and the data
     it sees (for the record)."""
@@ -188,48 +198,48 @@ def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, A
     stores, counts, useful = _round_stores(cfg, out, r)
     used = [] if control else list(useful)
     mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
-    meta = read_policy_meta(_abs(out, base["policy"]["weights"]))
-    node: dict[str, Any] = {"data": {"path": str(_abs(out, base["demos"])), "extra_paths": [str(stores[q]) for q in used],
+    meta = read_policy_meta(_abs(out, base.policy.weights))
+    node: dict[str, Any] = {"data": {"path": str(_abs(out, base.demos)), "extra_paths": [str(stores[q]) for q in used],
                                      "mix": mix, "val_fraction": 0.0, "source_weights": train_weights(cfg),
                                      "weight_mode": f.weight_mode},
                             "policy": {"name": meta["policy_type"], **meta["config"]}, "seed": cfg.seed + r,
                             "train": stages.optim_node(f.steps, f.batch_size, f.lr, f.warmup_steps)}  # fmt: skip
-    parent = prev["policy"]["weights"]
-    if control and prev.get("control"):
-        parent = prev["control"]["policy"]["weights"]
+    parent = prev.policy.weights
+    if control and prev.control:
+        parent = prev.control.policy.weights
     if f.mode == "ft":
         node["init"] = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
     elif f.normalizer == "keep":
-        node["init"] = {"from_weights": str(_abs(out, base["policy"]["weights"])), "load_weights": False}
-    data = {"demos": base["data"]["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
+        node["init"] = {"from_weights": str(_abs(out, base.policy.weights)), "load_weights": False}
+    data = {"demos": base.data["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
             "source_weights": node["data"]["source_weights"]}  # fmt: skip
     return node, data
 
 
-def _control(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]], t: dict[str, float],
-             hook: StageHook | None) -> dict[str, Any]:  # fmt: skip
+def _control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], t: dict[str, float],
+             hook: StageHook | None) -> ControlRecord:  # fmt: skip
     """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
     node, _ = _finetune_node(cfg, out, r, records, control=True)
     folder = round_dir(out, r) / "control"
     with _timed(t, "control_finetune", hook, r):
         stages.train(cfg, folder / "train", node)
     weights = resolve_weights(str(folder / "train"))
-    prev = records[-1].get("control") or records[-1]
+    prev = records[-1].control or records[-1]
     with _timed(t, "control_eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
-    log.info("round %d control (demos only): success %s", r, stages.success_text(ev))
-    return {"policy": _policy_record(out, weights, prev["policy"]["version"]), "eval": ev}
+    log.info("round %d control (demos only): success %s", r, success_text(ev))
+    return ControlRecord(_policy_record(out, weights, prev.policy.version), ev)
 
 
-def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, Any]],
-                   hook: StageHook | None = None) -> dict[str, Any]:  # fmt: skip
-    """Round ``r >= 1``: collect, fine-tune, calibrate, evaluate; returns its record (``status`` set
-    to ``waiting_for_human`` when a person still has to supply the round's data)."""
+def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord],
+                   hook: StageHook | None = None) -> RoundRecord | WaitingForHuman:  # fmt: skip
+    """Round ``r >= 1``: collect, fine-tune, calibrate, evaluate; returns its record, or what a person
+    still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
     clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
     with _timed(t, "collect", hook, r):
         coll = _collect(cfg, out, r, prev)
-    if coll.get("status") == "waiting_for_human":
+    if isinstance(coll, WaitingForHuman):
         return coll
     node, data = _finetune_node(cfg, out, r, records)
     with _timed(t, "finetune", hook, r):
@@ -241,15 +251,16 @@ def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[dict[str, A
         init["from_weights"] = rel(out, init["from_weights"])
     finetune = {"mode": cfg.finetune.mode, "steps": cfg.finetune.steps, "init": init or None,
                 "source_weights": dict(cfg.finetune.source_weights)}  # fmt: skip
-    demos = str(_abs(out, records[0]["demos"]))
-    record = {"round": r, "policy": _policy_record(out, weights, prev["policy"]["version"]),
-              "demos": records[0]["demos"], "finetune": finetune, "data": data, "collection": coll, "control": control,
-              **_finish_round(cfg, out, r, weights, demos, t, hook)}  # fmt: skip
+    demos = str(_abs(out, records[0].demos))
+    policy = _policy_record(out, weights, prev.policy.version)
+    cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
     spent = int(coll["operator_steps"] or 0)
-    ops = prev["operator_steps"]
-    record["operator_steps"] = {"demos": ops["demos"], "round": spent, "recovery": ops["recovery"] + spent,
-                                "total": ops["total"] + spent}  # fmt: skip
-    record["timings_s"] = t
+    ops = prev.operator_steps
+    record = RoundRecord(
+        round=r, policy=policy, demos=records[0].demos, finetune=finetune, data=data, collection=coll,
+        control=control, calibration=cal, eval=ev, eval_rewind=evr, timings_s=t,
+        operator_steps=OperatorSteps(demos=ops.demos, round=spent, recovery=ops.recovery + spent, total=ops.total + spent),
+    )  # fmt: skip
     mark_done(out, r, record)
     return record
 
@@ -268,10 +279,10 @@ def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
         write_report(out, records, cfg)
         for r in range(1, cfg.rounds + 1):
             rec = load_record(out, r) or recovery_round(cfg, out, r, records, hook)
-            if rec.get("status") == "waiting_for_human":
+            if isinstance(rec, WaitingForHuman):
                 waiting = rec
                 log.warning("round %d needs %d more human episodes: run\n  %s\nthen run this rewind-loop command again",
-                            r, rec["need"] - rec["have"], rec["command"])  # fmt: skip
+                            r, rec.need - rec.have, rec.command)  # fmt: skip
                 break
             records.append(rec)
             write_report(out, records, cfg)

@@ -4,6 +4,7 @@ fallback for weak policies) and evaluation (``rewind-eval``). Every step writes 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,7 @@ from rewind.envs.config import build_env
 from rewind.eval.config import EvalConfig
 from rewind.eval.runner import run_eval
 from rewind.loop.config import LoopConfig
+from rewind.loop.record import CalibrationOutcome, EvalOutcome
 from rewind.monitor.calibrate import calibration_rollouts
 from rewind.monitor.conformal import CalibrationError, calibrate
 from rewind.store import ReplayStore
@@ -24,7 +26,6 @@ from rewind.train import TrainConfig, run_train
 from rewind.train.policy_api import load_policy
 from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json
-from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +69,18 @@ def _calibration_rollouts(
     return loaded, score, [(t, r.success) for t, r in zip(traces, records, strict=True)]
 
 
-def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> dict[str, Any]:
+def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> CalibrationOutcome:
     """Calibrate ``cfg.monitor`` for ``weights`` into ``folder`` (as ``rewind-calibrate``).
 
     With fewer successful rollouts than ``monitor.alpha`` needs and ``calibration.fallback``, the
     smallest alpha they allow (``1/(n+1)``: the threshold is their maximum score) is used and recorded.
-    Without any success there is no calibration: ``{"calibrated": false}`` (no alarms this round).
+    Without any success there is no calibration: ``calibrated=False`` (no alarms this round).
     """
     folder.mkdir(parents=True, exist_ok=True)
     loaded, score, runs = _calibration_rollouts(cfg, weights, demos_path, folder)
     good = [t for t, ok in runs if ok]
-    out: dict[str, Any] = {
-        "episodes": len(runs),
-        "successes": len(good),
-        "alpha_requested": cfg.monitor.alpha,
-    }
+    out = CalibrationOutcome(episodes=len(runs), successes=len(good), alpha_requested=cfg.monitor.alpha,
+                             calibrated=False)  # fmt: skip
     alpha, band = cfg.monitor.alpha, cfg.monitor.band
     meta = {
         "score_params": score.params(),
@@ -97,8 +95,8 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
                 log.warning(
                     "calibration: no successful rollout of %d; this round runs without alarms", len(runs)
                 )
-                out.update(calibrated=False, reason=str(exc))
-                atomic_write_json(folder / "summary.json", out)
+                out.reason = str(exc)
+                atomic_write_json(folder / "summary.json", out.to_json())
                 return out
             raise
         alpha, band = 1.0 / (len(good) + 1), False
@@ -106,8 +104,9 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
                     exc, alpha, len(good))  # fmt: skip
         cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=False, **meta)
     cal.save(folder)
-    out.update(calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n, threshold=cal.threshold)
-    atomic_write_json(folder / "summary.json", out)
+    out = dataclasses.replace(out, calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n,
+                              threshold=cal.threshold)  # fmt: skip
+    atomic_write_json(folder / "summary.json", out.to_json())
     return out
 
 
@@ -124,23 +123,17 @@ def _eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str 
     return to_dataclass(node, EvalConfig)
 
 
-def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> dict[str, Any]:
+def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalOutcome:
     """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (with ``calibration``: test-time
     rewind, ``restore``); returns success, its 95% Wilson interval and the stage histogram."""
     folder.mkdir(parents=True, exist_ok=True)
     summary = run_eval(_eval_config(cfg, weights, folder, calibration))
     keep = ("episodes", "successes", "success_rate", "success_ci95", "max_stage_histogram", "mean_length")
-    out = {k: summary[k] for k in keep}
+    out = EvalOutcome(**{k: summary[k] for k in keep})
     if "monitor" in summary:
-        out["monitor"] = {k: v for k, v in summary["monitor"].items() if isinstance(v, (int, float, str))}
-    atomic_write_json(folder / "summary.json", {**out, "records": summary["records"]})
+        out.monitor = {k: v for k, v in summary["monitor"].items() if isinstance(v, (int, float, str))}
+    atomic_write_json(folder / "summary.json", {**out.to_json(), "records": summary["records"]})
     return out
-
-
-def success_text(ev: dict[str, Any]) -> str:
-    """``62% [48%, 74%] (31/50)``."""
-    lo, hi = ev.get("success_ci95") or wilson_interval(ev["successes"], ev["episodes"])
-    return f"{ev['success_rate']:.0%} [{lo:.0%}, {hi:.0%}] ({ev['successes']}/{ev['episodes']})"
 
 
 def store_counts(path: str | Path) -> dict[str, Any]:

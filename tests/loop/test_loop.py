@@ -137,7 +137,7 @@ def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, ti
     Calibration("tide", 0.5, 1, -1.0, weights_hash(weights)).save(cal)  # every scored step alarms
     cfg = loop_config(tmp_path / "o", tiny_base, eval={"episodes": 2, "num_envs": 2})
     ev = stages.evaluate(cfg, weights, tmp_path / "new" / "eval_rewind", str(cal))
-    assert ev["episodes"] == 2 and ev["monitor"]["rewinds"] >= 2
+    assert ev.episodes == 2 and ev.monitor is not None and ev.monitor["rewinds"] >= 2
 
 
 def test_a_loop_started_before_a_policy_field_existed_still_resumes(tmp_path: Path) -> None:
