@@ -16,8 +16,9 @@ operator and, per takeover (``reset``):
    the fingers commanded open or closed at random (a held object may drop).
 
 Distance: :class:`DemoDistance`, the nearest-demo-state distance of the observation with every
-dimension scaled to the demos' min/max, divided by a reference (a quantile of the distance of held-out
-demo episodes to the others: ``ratio <= 1`` is "as close as a new demo"). Unfamiliarity
+dimension scaled to the demos' min/max, divided by a reference (by default the median distance of
+held-out demo episodes' states to the other episodes: ``ratio <= 1`` is "as close as a typical new
+demo"). Unfamiliarity
 ``u = clip((ratio - 1) / (far_ratio - 1), 0, 1)`` interpolates every parameter from its ``*_near`` to
 its ``*_far`` value. All randomness comes from the generator given to ``reset``.
 """
@@ -84,7 +85,7 @@ class OperatorModelConfig:
     botch_rate_far: float = 0.5
     botch_s: float = 0.5
     far_ratio: float = 4.0
-    ref_quantile: float = 0.95
+    ref_quantile: float = 0.5
     overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -125,12 +126,12 @@ class DemoDistance:
         states: ``[N, D]`` demo observations (the ``keys`` concatenated in order).
         episode: ``[N]`` episode index of every row (the reference holds whole episodes out).
         keys: the observation keys, in the order of ``states``' columns.
-        quantile: the reference distance is this quantile of held-out demo states' distances.
+        quantile: the reference distance is this quantile of held-out demo states' distances (0.5).
         folds: episode folds for the reference; max_queries: held-out states sampled for it.
         seed: seeds the sampling of those states.
     """
 
-    def __init__(self, states: np.ndarray, episode: np.ndarray, keys: Sequence[str], quantile: float = 0.95,
+    def __init__(self, states: np.ndarray, episode: np.ndarray, keys: Sequence[str], quantile: float = 0.5,
                  folds: int = 5, max_queries: int = 2000, seed: int = 0) -> None:  # fmt: skip
         states = np.asarray(states, dtype=np.float64)
         episode = np.asarray(episode)
@@ -148,7 +149,7 @@ class DemoDistance:
         self.reference = self._reference(episode, quantile, folds, max_queries, np.random.default_rng(seed))
 
     @classmethod
-    def from_store(cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.95,
+    def from_store(cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.5,
                    seed: int = 0) -> DemoDistance:  # fmt: skip
         """Every step of every episode of the store at ``path`` (``keys``: default all non-image keys)."""
         with ReplayStore.open(path) as store:

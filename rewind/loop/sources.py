@@ -38,7 +38,7 @@ from rewind.config import ConfigError
 from rewind.envs import make_operator
 from rewind.envs.operators.base import Operator, OperatorNoise
 from rewind.envs.operators.handback import complete_current_stage
-from rewind.envs.operators.human_like import DemoDistance, HumanLikeOperator, operator_time_s
+from rewind.envs.operators.human_like import CONTROL_DT, DemoDistance, HumanLikeOperator, operator_time_s
 from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
 from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
 from rewind.monitor.runner import MonitoredEpisode, StepResult
@@ -189,8 +189,9 @@ class RecoverySource(ABC):
         ``operator_model.overhead_s`` per intervention) and a human-like operator's counts."""
         if not self.counted:
             return {}
-        out: dict[str, Any] = {"operator_model": self.cfg.operator_model.name,
-                               "operator_time_s": round(self.operator_time_s, 3)}  # fmt: skip
+        model = self.cfg.operator_model
+        out: dict[str, Any] = {"operator_model": model.name, "operator_time_s": round(self.operator_time_s, 3),
+                               "control_dt_s": CONTROL_DT, "overhead_s": model.overhead_s}  # fmt: skip
         if isinstance(self.operator, HumanLikeOperator):
             out["human_like"] = self.operator.stats.as_dict()
         return out
