@@ -20,7 +20,8 @@ success with test-time rewind) and one plot per task next to it.
     MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks stack3 --methods operator dagger guided \
         --adopt stack3:100=runs/base_policies/stack3_d100_s10000 --out bench/results/loop_experiment_stack3.json
 
-(the exact commands behind docs/loop.md). ``--parts demos`` / ``--parts loops`` run (a) or the loops
+(the exact commands behind docs/loop.md). ``--operator-model human_like`` runs every loop with the
+human-like operator model (issue 13; folders ``METHOD_human_like_sK``). ``--parts demos`` / ``--parts loops`` run (a) or the loops
 alone, e.g. in two processes with one thread each.
 """
 
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
+from rewind.loop.lineage import round_dir
 from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("loop_experiment")
@@ -103,17 +105,30 @@ def loop(
     """(b)-(d): one ``rewind-loop`` from the shared base; one point per round. The control arm (the same
     fine-tuning on the demos alone) is identical for every method of a (task, seed), so only the first
     method's loop trains it (``control``)."""
-    out = root / task / f"{method}_s{seed}"
+    model = a.operator_model  # None: the config's default (perfect), folders as before
+    out = root / task / (f"{method}_s{seed}" if model is None else f"{method}_{model}_s{seed}")
     s = _run([rewind_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
-              f"control={str(control).lower()}",
+              *([f"recovery/operator_model={model}"] if model else []), f"control={str(control).lower()}",
               f"rounds={a.rounds}", f"episodes_per_round={_setting(a, task, 'per_round')}", f"seed={seed}",
               f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
               f"calibration.episodes={_setting(a, task, 'cal_episodes')}", *a.loop_args, "wandb.mode=offline", "progress=false",
               f"out_dir={out}"], out)  # fmt: skip
     return [{"method": method, "seed": seed, "round": r["round"], "operator_steps": r["operator_steps_total"],
              "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]], "episodes": a.episodes,
-             "success_with_rewind": r["success_with_rewind"], "control_success": r.get("control_success")}
+             "success_with_rewind": r["success_with_rewind"], "control_success": r.get("control_success"),
+             "operator_model": model or "perfect", "operator_time_s": _operator_time(out, r["round"])}
             for r in s["rounds"]]  # fmt: skip
+
+
+def _operator_time(out: Path, last: int) -> float:
+    """Simulated operator time (s) of rounds 1..``last`` (each round's ``collect/summary.json``; the
+    demos are not included)."""
+    total = 0.0
+    for r in range(1, last + 1):
+        path = round_dir(out, r) / "collect" / "summary.json"
+        if path.exists():
+            total += float(json.loads(path.read_text()).get("source", {}).get("operator_time_s", 0.0))
+    return round(total, 3)
 
 
 def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
@@ -185,6 +200,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cal-episodes", type=int, default=None, help="calibration rollouts (default: per task)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--loop-args", nargs="*", default=[], help="extra rewind-loop overrides")
+    ap.add_argument(
+        "--operator-model", choices=["perfect", "human_like"], default=None,
+        help="recovery/operator_model=NAME for every loop (folders METHOD_NAME_sK); default: the config's (perfect)",
+    )  # fmt: skip
     ap.add_argument(
         "--parts", nargs="*", default=["demos", "loops"], help="run (a) 'demos', the 'loops', or both"
     )
