@@ -27,6 +27,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from rewind.config import check_range, require
 from rewind.envs.core.base import WORKSPACE_HIGH, WORKSPACE_LOW, TaskEnv
 
 log = logging.getLogger(__name__)
@@ -80,19 +81,15 @@ def apply_if_clear(env: TaskEnv, mutate: Callable[[], None]) -> bool:
 
 
 def _check_window(name: str, window: tuple[int, int]) -> None:
-    lo, hi = window
-    if not 0 <= lo <= hi:
-        raise ValueError(f"{name} must satisfy 0 <= start <= end; got {window}")
+    require(0 <= window[0] <= window[1], f"{name} must satisfy 0 <= start <= end; got {window}")
 
 
 def _check_prob(name: str, p: float) -> None:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1]; got {p}")
+    check_range(name, p, 0, 1)
 
 
 def _check_positive(name: str, x: float) -> None:
-    if not x > 0:
-        raise ValueError(f"{name} must be > 0; got {x}")
+    require(x > 0, f"{name} must be > 0; got {x}")
 
 
 class PerturbationWrapper(gym.Wrapper):

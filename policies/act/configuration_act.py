@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rewind.policies.configuration_base import PolicyConfig, check_range
+from rewind.config import check_range, require
+from rewind.policies.configuration_base import PolicyConfig
 
 
 @dataclass
@@ -73,15 +74,13 @@ class ACTConfig(PolicyConfig):
             "latent_dim",
         ):
             check_range(name, getattr(self, name), 1)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads must divide d_model = {self.d_model}; got {self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
+        require(self.d_model % self.n_heads == 0, f"n_heads must divide d_model = {self.d_model}; got {self.n_heads}")
+        require(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1); got {self.dropout}")
         check_range("kl_weight", self.kl_weight, 0.0)
         if self.temporal_ensemble_coeff is not None:
             check_range("temporal_ensemble_coeff", self.temporal_ensemble_coeff, 0.0)
-            if self.n_action_steps != 1:
-                raise ValueError(
-                    "n_action_steps must be 1 when temporal_ensemble_coeff is set "
-                    f"(a chunk is predicted at every step); got {self.n_action_steps}"
-                )
+            require(
+                self.n_action_steps == 1,
+                "n_action_steps must be 1 when temporal_ensemble_coeff is set "
+                f"(a chunk is predicted at every step); got {self.n_action_steps}",
+            )

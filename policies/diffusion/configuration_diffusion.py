@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rewind.policies.configuration_base import UNetPolicyConfig, check_choice, check_range
+from rewind.config import check_choice, check_range, require
+from rewind.policies.configuration_base import UNetPolicyConfig
 
 
 @dataclass
@@ -48,14 +49,16 @@ class DiffusionConfig(UNetPolicyConfig):
         check_choice("beta_schedule", self.beta_schedule, ["squaredcos_cap_v2", "linear", "scaled_linear"])
         if self.num_inference_steps is not None:
             check_range("num_inference_steps", self.num_inference_steps, 1, self.num_train_timesteps)
-            if self.scheduler == "ddpm" and self.num_inference_steps != self.num_train_timesteps:
-                raise ValueError(
-                    f"num_inference_steps must be None or num_train_timesteps={self.num_train_timesteps} "
-                    f"with scheduler ddpm (DDPM samples with every step); got {self.num_inference_steps}"
-                )
+            require(
+                self.scheduler != "ddpm" or self.num_inference_steps == self.num_train_timesteps,
+                f"num_inference_steps must be None or num_train_timesteps={self.num_train_timesteps} "
+                f"with scheduler ddpm (DDPM samples with every step); got {self.num_inference_steps}",
+            )
         check_range("guidance_last_k", self.guidance_last_k, 0)
-        if self.clip_sample and self.action_norm != "min_max":
-            raise ValueError("clip_sample must be false unless action_norm is min_max (it clips to [-1, 1])")
+        require(
+            not self.clip_sample or self.action_norm == "min_max",
+            "clip_sample must be false unless action_norm is min_max (it clips to [-1, 1])",
+        )
 
     @property
     def inference_steps(self) -> int:

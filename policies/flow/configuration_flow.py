@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rewind.policies.configuration_base import UNetPolicyConfig, check_choice, check_range
+from rewind.config import check_choice, check_range, require
+from rewind.policies.configuration_base import UNetPolicyConfig
 
 
 @dataclass
@@ -40,5 +41,7 @@ class FlowConfig(UNetPolicyConfig):
         check_range("time_std", self.time_std, 1e-6)
         check_range("time_scale", self.time_scale, 1e-6)
         check_range("guidance_last_k", self.guidance_last_k, 0, self.num_inference_steps)
-        if self.clip_sample and self.action_norm != "min_max":
-            raise ValueError("clip_sample must be false unless action_norm is min_max (it clips to [-1, 1])")
+        require(
+            not self.clip_sample or self.action_norm == "min_max",
+            "clip_sample must be false unless action_norm is min_max (it clips to [-1, 1])",
+        )

@@ -9,6 +9,7 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, perturbation_config
+from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.runner import RewindConfig
 from rewind.monitor.setup import MonitorConfig
@@ -84,4 +85,9 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
-        perturbation_config(self.perturb)
+        self._perturbation = perturbation_config(self.perturb)
+
+    @property
+    def perturbation(self) -> PerturbationConfig:
+        """The ``perturb`` node as the wrappers' config (checked once, when this config is built)."""
+        return self._perturbation

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from rewind.envs.config import build_env
 from rewind.envs.wrappers import apply_perturbations
-from rewind.eval.config import EvalConfig, perturbation_config
+from rewind.eval.config import EvalConfig
 from rewind.eval.monitored import monitored_rollouts
 from rewind.eval.recorders import StoreRecorder, VideoRecorder
 from rewind.eval.stats import stage_histogram, wilson_interval
@@ -44,7 +44,7 @@ def _observers(cfg: EvalConfig, out_dir: Path, store: ReplayStore | None, versio
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``cfg.episodes`` episodes in batches of ``cfg.num_envs`` and return the summary."""
     device = resolve_device(cfg.device)
-    profile = perturbation_config(cfg.perturb)
+    profile = cfg.perturbation
     envs = [apply_perturbations(build_env(cfg.env), profile) for _ in range(min(cfg.num_envs, cfg.episodes))]
     start = time.perf_counter()
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.config import CommandConfig, require
+from rewind.config import CommandConfig, check_choice, require
 from rewind.envs.config import EnvConfig
 from rewind.envs.operators.human_like import OperatorModelConfig
 from rewind.loop.guided import GuidedConfig
 from rewind.metrics import WandbConfig
-from rewind.monitor.runner import REWIND_MODES
+from rewind.monitor.runner import check_rewind_mode
 from rewind.monitor.setup import MonitorConfig
 from rewind.train.config import NORMALIZER_MODES, WEIGHT_MODES, policy_config
 from rewind.utils.device import check_device
@@ -114,10 +114,10 @@ class RecoveryConfig:
 
     def __post_init__(self) -> None:
         checks = (("name", RECOVERY_SOURCES), ("after", AFTER_MODES), ("until", UNTIL_MODES),
-                  ("rewind_mode", REWIND_MODES), ("keep", KEEP_RULES), ("person", PERSONS))  # fmt: skip
+                  ("keep", KEEP_RULES), ("person", PERSONS))  # fmt: skip
         for key, valid in checks:
-            value = getattr(self, key)
-            require(value in valid, f"recovery.{key} must be one of [{', '.join(valid)}]; got '{value}'")
+            check_choice(f"recovery.{key}", getattr(self, key), valid)
+        check_rewind_mode(self.rewind_mode, "recovery.rewind_mode")
         for key in ("max_interventions", "max_correction_steps"):
             require(getattr(self, key) >= 1, f"recovery.{key} must be >= 1; got {getattr(self, key)}")
         require(self.stall_steps >= 0, f"recovery.stall_steps must be >= 0; got {self.stall_steps}")

@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rewind.config import check_choice, check_range, require
 from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, ActionError, TaskEnv
 from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
 from rewind.monitor.conformal import Calibration
@@ -35,6 +36,15 @@ from rewind.monitor.scores import FailureScore
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
 
 REWIND_MODES = ("restore", "drive")
+
+
+def check_rewind_mode(mode: str, key: str) -> None:
+    """The one check of a rewind mode (every option and command that takes one calls it).
+
+    Raises:
+        ConfigError: ``<key> must be one of [restore, drive]; got 'x'``.
+    """
+    check_choice(key, mode, REWIND_MODES)
 
 
 @dataclass
@@ -58,14 +68,10 @@ class RewindConfig:
     drive_yaw_tol: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.mode not in REWIND_MODES:
-            raise ValueError(f"rewind.mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.mode}'")
-        if self.max_rewinds < 0:
-            raise ValueError(f"rewind.max_rewinds must be >= 0; got {self.max_rewinds}")
-        if self.drive_max_steps < 1:
-            raise ValueError(f"rewind.drive_max_steps must be >= 1; got {self.drive_max_steps}")
-        if not (self.drive_pos_tol > 0 and self.drive_yaw_tol > 0):
-            raise ValueError("rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0")
+        check_rewind_mode(self.mode, "rewind.mode")
+        check_range("rewind.max_rewinds", self.max_rewinds, 0)
+        check_range("rewind.drive_max_steps", self.drive_max_steps, 1)
+        require(self.drive_pos_tol > 0 and self.drive_yaw_tol > 0, "rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0")
 
 
 class Monitor:
@@ -294,8 +300,7 @@ class MonitoredEpisode:
         latest). ``on_step(StepResult)`` receives the steps of a ``drive`` rewind (source ``recovery``).
         Returns the rewind event (its ``outcome`` is filled in when the episode ends)."""
         mode = mode or self.cfg.mode
-        if mode not in REWIND_MODES:
-            raise ValueError(f"rewind mode must be one of [{', '.join(REWIND_MODES)}]; got '{mode}'")
+        check_rewind_mode(mode, "rewind mode")
         cps = self.checkpoints
         if target is not None and not -len(cps) <= target < len(cps):
             names = ", ".join(f"{i}: {c.name}" for i, c in enumerate(cps))

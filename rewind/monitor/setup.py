@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from rewind.config import ConfigError, require
+from rewind.config import ConfigError, check_range, require
 from rewind.monitor.checkpoints import (
     LABELERS,
     LIBRARY_JSON,
@@ -34,6 +34,29 @@ from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
 
 REFERENCE_FILE = "reference_features.safetensors"
+
+
+def check_tracking(prefix: str, min_similarity: float, patience: int) -> None:
+    """The one check of the checkpoint-tracking settings (``monitor.*`` and teleop's ``tracking.*``)."""
+    check_range(f"{prefix}min_similarity", min_similarity, -1, 1)
+    check_range(f"{prefix}patience", patience, 1)
+
+
+@dataclass
+class TrackingConfig:
+    """Rewind checkpoint tracking alone (``rewind-teleop``'s ``tracking`` node: the score and its
+    settings come from the calibration folder); the same two fields as :class:`MonitorConfig`.
+
+    Attributes:
+        min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
+        patience: steps without improvement after which a peak counts as reached.
+    """
+
+    min_similarity: float = 0.7
+    patience: int = 3
+
+    def __post_init__(self) -> None:
+        check_tracking("tracking.", self.min_similarity, self.patience)
 
 
 @dataclass
@@ -66,8 +89,8 @@ class MonitorConfig:
     tide_window: int = 2
     knn: int = 5
     labeler: str = "stage"
-    min_similarity: float = 0.7
-    patience: int = 3
+    min_similarity: float = TrackingConfig.min_similarity
+    patience: int = TrackingConfig.patience
     match: str = "nearest"
     track_checkpoints: bool = True
 
@@ -82,16 +105,12 @@ class MonitorConfig:
             f"monitor.labeler must be one of [{', '.join(LABELERS)}]; got '{self.labeler}'",
         )
         require(
-            -1.0 <= self.min_similarity <= 1.0,
-            f"monitor.min_similarity must be in [-1, 1]; got {self.min_similarity}",
-        )
-        require(
             self.action_dims is None or (len(self.action_dims) > 0 and min(self.action_dims) >= 0),
             f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
         )
         require(self.tide_window >= 1, f"monitor.tide_window must be >= 1; got {self.tide_window}")
         require(self.match in MATCH_MODES, f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'")
-        require(self.patience >= 1, f"monitor.patience must be >= 1; got {self.patience}")
+        check_tracking("monitor.", self.min_similarity, self.patience)
 
     @property
     def enabled(self) -> bool:

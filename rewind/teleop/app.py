@@ -13,10 +13,10 @@ from rewind.envs.config import build_env
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.conformal import Calibration
 from rewind.monitor.runner import Monitor
-from rewind.monitor.setup import MonitorConfig, load_monitor
+from rewind.monitor.setup import MonitorConfig, TrackingConfig, load_monitor
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import ReplayStore, store_spec_for
-from rewind.teleop.config import TOKEN_ENV, TeleopConfig, TrackingConfig
+from rewind.teleop.config import TOKEN_ENV, TeleopConfig
 from rewind.teleop.frames import FrameRenderer
 from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer

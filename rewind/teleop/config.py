@@ -11,7 +11,8 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig
-from rewind.monitor.runner import REWIND_MODES
+from rewind.monitor.runner import check_rewind_mode
+from rewind.monitor.setup import TrackingConfig
 from rewind.teleop.controls import ControlSettings
 from rewind.teleop.guard import check_binding
 from rewind.teleop.session import SessionSettings
@@ -59,26 +60,6 @@ class ViewConfig:
             self.render_threads is None or self.render_threads >= 0,
             f"view.render_threads must be >= 0 or null; got {self.render_threads}",
         )
-
-
-@dataclass
-class TrackingConfig:
-    """Rewind checkpoint tracking (when the calibration folder holds a checkpoint library).
-
-    Attributes:
-        min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
-        patience: steps without improvement after which a peak counts as reached.
-    """
-
-    min_similarity: float = 0.7
-    patience: int = 3
-
-    def __post_init__(self) -> None:
-        require(
-            -1.0 <= self.min_similarity <= 1.0,
-            f"tracking.min_similarity must be in [-1, 1]; got {self.min_similarity}",
-        )
-        require(self.patience >= 1, f"tracking.patience must be >= 1; got {self.patience}")
 
 
 @dataclass
@@ -159,10 +140,7 @@ class TeleopConfig(CommandConfig):
         )
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
-        require(
-            self.rewind_mode in REWIND_MODES,
-            f"rewind_mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.rewind_mode}'",
-        )
+        check_rewind_mode(self.rewind_mode, "rewind_mode")
         require(
             self.pre_intervention_steps >= 0,
             f"pre_intervention_steps must be >= 0; got {self.pre_intervention_steps}",

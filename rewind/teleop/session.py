@@ -37,7 +37,7 @@ import numpy as np
 from rewind.config import ConfigError
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.recording import EpisodeRecording
-from rewind.monitor.runner import REWIND_MODES, Monitor, MonitoredEpisode, RewindConfig, StepResult
+from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig, StepResult, check_rewind_mode
 from rewind.policies.base import ActionChunkPolicy, PolicyState
 from rewind.store import ReplayStore, StoreError, StoreSpec
 from rewind.teleop.controls import ControlSettings, HumanInput, current_grip_command
@@ -133,13 +133,9 @@ class TeleopSession:
         device: str = "cpu",
     ) -> None:
         self.settings = settings or SessionSettings()
-        if self.settings.rewind_mode not in REWIND_MODES:
-            raise ConfigError(
-                f"rewind_mode must be one of [{', '.join(REWIND_MODES)}]; got '{self.settings.rewind_mode}'"
-            )
         self.has_policy, self.store_path, self.spec = policy is not None, Path(store), spec
         self.policy_version = policy_version or ("" if policy is not None else "human")
-        cfg = RewindConfig(mode=self.settings.rewind_mode, auto_rewind=False)
+        cfg = RewindConfig(mode=self.settings.rewind_mode, auto_rewind=False)  # checks the mode
         self.episode = MonitoredEpisode(env, policy or _NoPolicy(), monitor, tracker, cfg, device)  # type: ignore[arg-type]
         self.input = HumanInput(controls)
         self.cameras = [env.unwrapped.model.camera(i).name for i in range(env.unwrapped.model.ncam)]
@@ -311,8 +307,10 @@ class TeleopSession:
 
     def _cmd_rewind(self, target: int | str | None = None, mode: str | None = None) -> None:
         mode = mode or self.settings.rewind_mode
-        if mode not in REWIND_MODES:
-            raise TeleopCommandError(f"rewind: mode must be one of [{', '.join(REWIND_MODES)}]; got '{mode}'")
+        try:
+            check_rewind_mode(mode, "rewind: mode")
+        except ConfigError as exc:
+            raise TeleopCommandError(str(exc)) from exc
         cps = self.episode.checkpoints
         names = ", ".join(f"{i}={c.name}" for i, c in enumerate(cps))
         if target in (None, "latest"):

@@ -127,7 +127,7 @@ def test_ema_step_swap_and_safetensors_round_trip(tmp_path) -> None:
 
 
 def test_config_validation_and_registry_errors() -> None:
-    with pytest.raises(ValueError, match=r"scheduler must be one of \[ddim, ddpm\]; got euler"):
+    with pytest.raises(ValueError, match=r"scheduler must be one of \[ddim, ddpm\]; got 'euler'"):
         DiffusionConfig(scheduler="euler")
     with pytest.raises(ValueError, match="divisible by"):
         DiffusionConfig(horizon=10, down_dims=(8, 16, 32))
