@@ -1,6 +1,6 @@
 """``rewind-loop``: the rewind-and-recover training loop.
 
-rewind-loop                                          # the small default loop (PickPlace, one round)
+rewind-loop                                          # the small default loop (PickPlace, two rounds)
 rewind-loop env=stack3 recovery=operator rounds=3 episodes_per_round=30 finetune=ft
 """
 

@@ -194,7 +194,7 @@ class EvalSettings:
         rewind: also evaluate with test-time rewind (monitor + ``restore``) on the same seeds.
     """
 
-    episodes: int = 50
+    episodes: int = 100
     seed: int = 10000
     num_envs: int = 10
     rewind: bool = False
@@ -249,13 +249,13 @@ class LoopConfig(CommandConfig):
     """
 
     env: EnvConfig = field(default_factory=lambda: EnvConfig(name="pick_place"))
-    rounds: int = 1
-    episodes_per_round: int = 30
+    rounds: int = 2
+    episodes_per_round: int = 60
     collect_seed: int = 30000
     base: BaseConfig = field(default_factory=BaseConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    monitor: MonitorConfig = field(default_factory=lambda: MonitorConfig(score="tide", alpha=0.1))
+    monitor: MonitorConfig = field(default_factory=lambda: MonitorConfig(score="tide", alpha=0.2))
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     seed: int = 0
