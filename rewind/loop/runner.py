@@ -33,7 +33,8 @@ from rewind.monitor.runner import MonitoredEpisode, RewindConfig
 from rewind.monitor.setup import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
 from rewind.store import ReplayStore, store_spec_for
-from rewind.train import policy_api
+from rewind.train import DataConfig, TrainConfig, policy_api
+from rewind.train.config import InitConfig
 from rewind.train.policy_api import load_policy, resolve_weights
 from rewind.utils.device import resolve_device
 
@@ -98,10 +99,10 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         with _timed(t, "demos", hook, 0):
             stages.collect_demos(cfg, folder / "demos")
         demos = str(folder / "demos" / "store")
-        node = {"data": {"path": demos, "val_fraction": 0.0}, "policy": dict(b.policy), "seed": cfg.seed,
-                "train": stages.optim_node(b.steps, b.batch_size, b.lr, b.warmup_steps)}  # fmt: skip
+        tcfg = stages.train_config(cfg, folder / "train", DataConfig(path=demos, val_fraction=0.0), b.policy,
+                                   cfg.seed, stages.optim_config(b.steps, b.batch_size, b.lr, b.warmup_steps))  # fmt: skip
         with _timed(t, "train", hook, 0):
-            stages.train(cfg, folder / "train", node)
+            stages.train(tcfg)
         weights = resolve_weights(str(folder / "train"))
     demo_counts = stages.store_counts(demos)
     policy = _policy_record(out, weights, None)
@@ -190,39 +191,39 @@ def _round_stores(
     return stores, counts, {q: n for q, n in useful.items() if n > 0}
 
 
-def _finetune_node(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord],
-                   control: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
-    """The ``rewind-train`` node of round ``r`` (``control``: the same on the demos alone) and the data
-    it sees (for the record)."""
+def _finetune_config(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], folder: Path,
+                     control: bool = False) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """Round ``r``'s fine-tuning (``control``: the same on the demos alone) in ``folder``, the ``init``
+    entry of its record and the data it sees (for the record)."""
     f, base, prev = cfg.finetune, records[0], records[-1]
     stores, counts, useful = _round_stores(cfg, out, r)
     used = [] if control else list(useful)
     mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
     meta = read_policy_meta(_abs(out, base.policy.weights))
-    node: dict[str, Any] = {"data": {"path": str(_abs(out, base.demos)), "extra_paths": [str(stores[q]) for q in used],
-                                     "mix": mix, "val_fraction": 0.0, "source_weights": train_weights(cfg),
-                                     "weight_mode": f.weight_mode},
-                            "policy": {"name": meta["policy_type"], **meta["config"]}, "seed": cfg.seed + r,
-                            "train": stages.optim_node(f.steps, f.batch_size, f.lr, f.warmup_steps)}  # fmt: skip
+    data = DataConfig(path=str(_abs(out, base.demos)), extra_paths=[str(stores[q]) for q in used], mix=mix,
+                      val_fraction=0.0, source_weights=train_weights(cfg), weight_mode=f.weight_mode)  # fmt: skip
     parent = prev.policy.weights
     if control and prev.control:
         parent = prev.control.policy.weights
+    init: dict[str, Any] = {}
     if f.mode == "ft":
-        node["init"] = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
+        init = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
     elif f.normalizer == "keep":
-        node["init"] = {"from_weights": str(_abs(out, base.policy.weights)), "load_weights": False}
-    data = {"demos": base.data["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
-            "source_weights": node["data"]["source_weights"]}  # fmt: skip
-    return node, data
+        init = {"from_weights": str(_abs(out, base.policy.weights)), "load_weights": False}
+    tcfg = stages.train_config(cfg, folder, data, {"name": meta["policy_type"], **meta["config"]}, cfg.seed + r,
+                               stages.optim_config(f.steps, f.batch_size, f.lr, f.warmup_steps), InitConfig(**init))  # fmt: skip
+    seen = {"demos": base.data["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
+            "source_weights": data.source_weights}  # fmt: skip
+    return tcfg, init, seen
 
 
 def _control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], t: dict[str, float],
              hook: StageHook | None) -> ControlRecord:  # fmt: skip
     """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
-    node, _ = _finetune_node(cfg, out, r, records, control=True)
     folder = round_dir(out, r) / "control"
+    tcfg, _, _ = _finetune_config(cfg, out, r, records, folder / "train", control=True)
     with _timed(t, "control_finetune", hook, r):
-        stages.train(cfg, folder / "train", node)
+        stages.train(tcfg)
     weights = resolve_weights(str(folder / "train"))
     prev = records[-1].control or records[-1]
     with _timed(t, "control_eval", hook, r):
@@ -241,12 +242,11 @@ def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord
         coll = _collect(cfg, out, r, prev)
     if isinstance(coll, WaitingForHuman):
         return coll
-    node, data = _finetune_node(cfg, out, r, records)
+    tcfg, init, data = _finetune_config(cfg, out, r, records, round_dir(out, r) / "train")
     with _timed(t, "finetune", hook, r):
-        stages.train(cfg, round_dir(out, r) / "train", node)
+        stages.train(tcfg)
     control = _control(cfg, out, r, records, t, hook) if cfg.control else None
     weights = resolve_weights(str(round_dir(out, r) / "train"))
-    init = dict(node.get("init") or {})
     if init:
         init["from_weights"] = rel(out, init["from_weights"])
     finetune = {"mode": cfg.finetune.mode, "steps": cfg.finetune.steps, "init": init or None,

@@ -1,28 +1,32 @@
-"""The steps of a loop round, each a call into the command it stands for (in process, one folder each):
-demos (``rewind-collect``), training (``rewind-train``), calibration (``rewind-calibrate``, with a
-fallback for weak policies) and evaluation (``rewind-eval``). Every step writes ``summary.json``."""
+"""The steps of a loop round, each a library call with the typed config of the command it stands for
+(in process, one folder each): demos (:class:`CollectConfig`), training (:class:`TrainConfig`),
+calibration (as ``rewind-calibrate``, with a fallback for weak policies) and evaluation
+(:class:`EvalConfig`). Each config is derived from the loop's own typed config (its ``env`` node, device,
+threads, progress), so an option of the loop reaches every stage. Every step writes ``summary.json``."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rewind.collect import CollectConfig, run_collect
-from rewind.config import to_dataclass
 from rewind.envs.config import build_env
 from rewind.eval.config import EvalConfig
 from rewind.eval.runner import run_eval
 from rewind.loop.config import LoopConfig
 from rewind.loop.record import CalibrationOutcome, EvalOutcome
+from rewind.metrics import WandbConfig
 from rewind.monitor.calibrate import calibration_rollouts
 from rewind.monitor.conformal import CalibrationError, calibrate
+from rewind.monitor.runner import RewindConfig
+from rewind.monitor.setup import MonitorConfig
 from rewind.store import ReplayStore
-from rewind.train import TrainConfig, run_train
+from rewind.train import DataConfig, OptimConfig, TrainConfig, run_train
+from rewind.train.config import InitConfig
 from rewind.train.policy_api import load_policy
 from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json
@@ -39,19 +43,35 @@ def collect_demos(cfg: LoopConfig, folder: Path) -> dict[str, Any]:
     return summary
 
 
-def train(cfg: LoopConfig, folder: Path, node: dict[str, Any]) -> dict[str, Any]:
-    """One ``rewind-train`` run in ``folder`` from a config ``node`` (the loop's device/threads/W&B added)."""
-    full = {"out_dir": str(folder), "env": {"name": cfg.env.name}, "device": cfg.device,
-            "num_threads": cfg.num_threads, "wandb": {"mode": "disabled"}, "progress": cfg.progress, **node}  # fmt: skip
-    summary = run_train(to_dataclass(full, TrainConfig))
-    atomic_write_json(folder / "summary.json", summary)
+def train_config(
+    cfg: LoopConfig,
+    folder: Path,
+    data: DataConfig,
+    policy: dict[str, Any],
+    seed: int,
+    optim: OptimConfig,
+    init: InitConfig | None = None,
+) -> TrainConfig:
+    """The :class:`TrainConfig` of one loop training run in ``folder`` (the loop's env, device, threads
+    and progress; W&B off: the loop has its own run)."""
+    return TrainConfig(
+        out_dir=str(folder), env=cfg.env, data=data, policy=dict(policy), train=optim, device=cfg.device,
+        seed=seed, num_threads=cfg.num_threads, wandb=WandbConfig(mode="disabled"), progress=cfg.progress,
+        init=init or InitConfig(),
+    )  # fmt: skip
+
+
+def train(tcfg: TrainConfig) -> dict[str, Any]:
+    """One training run (:func:`rewind.train.run_train`); its summary also goes to ``summary.json``."""
+    summary = run_train(tcfg)
+    atomic_write_json(Path(tcfg.out_dir) / "summary.json", summary)
     return summary
 
 
-def optim_node(steps: int, batch_size: int, lr: float, warmup: int) -> dict[str, Any]:
-    """The ``train`` node of a loop training run (one save at the end, no intermediate validation)."""
-    return {"steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": min(warmup, steps - 1),
-            "save_every": steps, "val_every": 0, "log_every": max(1, min(50, steps))}  # fmt: skip
+def optim_config(steps: int, batch_size: int, lr: float, warmup: int) -> OptimConfig:
+    """The optimisation of a loop training run (one save at the end, no intermediate validation)."""
+    return OptimConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=min(warmup, steps - 1),
+                       save_every=steps, val_every=0, log_every=max(1, min(50, steps)))  # fmt: skip
 
 
 def _calibration_rollouts(
@@ -110,24 +130,26 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
     return out
 
 
-def _eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None) -> EvalConfig:
+def eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalConfig:
+    """The :class:`EvalConfig` of a round's evaluation: the loop's env node (every option: ``max_steps``,
+    ``rgb``, ``image_size``, ``camera``), seeds, device and threads; with ``calibration`` the loop's
+    monitor and test-time rewind (``restore``, at most 3 per episode)."""
     e = cfg.eval
-    node: dict[str, Any] = {"out_dir": str(folder), "policy_path": str(weights), "env": {"name": cfg.env.name},
-                            "episodes": e.episodes, "seed": e.seed, "num_envs": e.num_envs, "device": cfg.device,
-                            "num_threads": cfg.num_threads, "wandb": {"mode": "disabled"}, "progress": cfg.progress}  # fmt: skip
-    if cfg.env.max_steps is not None:
-        node["env"]["max_steps"] = cfg.env.max_steps
-    if calibration is not None:
-        node["monitor"] = {**asdict(cfg.monitor), "calibration": calibration}
-        node["rewind"] = {"mode": "restore", "max_rewinds": 3}
-    return to_dataclass(node, EvalConfig)
+    monitored = calibration is not None
+    return EvalConfig(
+        out_dir=str(folder), policy_path=str(weights), env=cfg.env, episodes=e.episodes, seed=e.seed,
+        num_envs=e.num_envs, device=cfg.device, num_threads=cfg.num_threads, wandb=WandbConfig(mode="disabled"),
+        progress=cfg.progress,
+        monitor=dataclasses.replace(cfg.monitor, calibration=calibration) if monitored else MonitorConfig(),
+        rewind=RewindConfig(mode="restore", max_rewinds=3) if monitored else RewindConfig(),
+    )  # fmt: skip
 
 
 def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalOutcome:
     """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (with ``calibration``: test-time
     rewind, ``restore``); returns success, its 95% Wilson interval and the stage histogram."""
     folder.mkdir(parents=True, exist_ok=True)
-    summary = run_eval(_eval_config(cfg, weights, folder, calibration))
+    summary = run_eval(eval_config(cfg, weights, folder, calibration))
     keep = ("episodes", "successes", "success_rate", "success_ci95", "max_stage_histogram", "mean_length")
     out = EvalOutcome(**{k: summary[k] for k in keep})
     if "monitor" in summary:
