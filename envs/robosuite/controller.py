@@ -38,8 +38,10 @@ class UnsupportedEnvMeta(ValueError):
 
 def _supported_controllers() -> str:
     names = ", ".join(ARM_CONTROLLERS)
-    return f"supported arm controllers: {names} (a robosuite 1.4 part config, or a BASIC composite config "
-    f"whose body_parts.right has that type)"
+    return (
+        f"supported arm controllers: {names} (a robosuite 1.4 part config, or a BASIC composite config "
+        "whose body_parts.right has that type)"
+    )
 
 
 def composite_config(controller_configs: dict[str, Any] | None, robot: str = "Panda") -> dict[str, Any]:
