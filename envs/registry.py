@@ -75,7 +75,11 @@ def make_operator(name: str, **kwargs: Any):
 
 
 def register_all() -> None:
-    """Register every task with Gymnasium (idempotent)."""
+    """Register every task with Gymnasium (idempotent), and the ``rewind/robosuite-*-v0`` ids."""
     for e in TASKS.values():
         if e.gym_id not in gym.registry:
             gym.register(id=e.gym_id, entry_point=e.env, disable_env_checker=True)
+    # The robosuite ids (optional extra): registered by name only, robosuite is imported on make.
+    from rewind.envs.robosuite import register as register_robosuite
+
+    register_robosuite()
