@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from _train_helpers import run_cli as run
+from helpers.train import run_cli as run
 
 from rewind.scripts.collect import main as collect_main
 from rewind.scripts.eval import main as eval_main

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-from _env_helpers import make, obs_equal
 from gymnasium.utils.env_checker import check_env
+from helpers.envs import make, obs_equal
 
 from rewind.envs.core.base import ACT_DIM, ActionError
 

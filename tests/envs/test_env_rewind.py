@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from _env_helpers import make, make_operator, obs_equal
+from helpers.envs import make, make_operator, obs_equal
 
 from rewind.envs.core.base import ACT_DIM
 from rewind.envs.operators.base import OperatorNoise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _env_helpers import obs_equal
+from helpers.envs import obs_equal
 
 import rewind.envs as renvs
 from rewind.envs.core.base import ACT_DIM

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict
 
 import pytest
-from _env_helpers import require_task
+from helpers.envs import require_task
 
 from rewind.envs.evaluation import OperatorEpisode, TakeoverConfig, run_from_reset, run_takeover, summarize
 from rewind.utils.stats import wilson_interval

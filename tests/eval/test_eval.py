@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _train_helpers import collect_lift_store, run_cli, train_config
+from helpers.train import collect_lift_store, run_cli, train_config
 
 from rewind.config import ConfigError, to_dataclass
 from rewind.eval import EvalConfig, run_eval

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from _train_helpers import TINY_POLICIES
-
+from helpers.train import TINY_POLICIES
 from rewind.config import to_dataclass
 from rewind.loop import LoopConfig
 

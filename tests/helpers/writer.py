@@ -1,6 +1,6 @@
 """Writer subprocess for the crash and concurrency tests.
 
-Usage: python _writer.py STORE_PATH MAX_EPISODES [SLEEP_S]
+Usage (from tests/): python -m helpers.writer STORE_PATH MAX_EPISODES [SLEEP_S]
 
 Opens (or creates) the store for appending, prints ``ready``, then appends ``make_episode(i)``
 for ``i = len(store) ..`` until the store holds MAX_EPISODES, printing ``committed <i>`` after
@@ -14,8 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from _store_helpers import make_episode, make_spec
-
+from helpers.store import make_episode, make_spec
 from rewind.store import ReplayStore
 
 

@@ -52,12 +52,12 @@ def test_drift_gate_and_guidance_step() -> None:
     assert torch.equal(guide(x0, 5), x0) and guide.calls == 2 and guide.guided == 1
 
 
-def test_guided_source_labels_guided_and_uses_no_operator(tiny_base, tmp_path: Path) -> None:
+def test_guided_source_labels_guided_and_uses_no_operator(tiny_run, tmp_path: Path) -> None:
     env = make_env("lift", max_steps=40)
-    loaded = load_policy(str(tiny_base["train"]), env, "lift", torch.device("cpu"))
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     cfg = RecoveryConfig(name="guided", keep="all", guided=GuidedConfig(rollouts=2, dynamics_steps=20))
     source = make_source(cfg, "lift")
-    info = source.prepare(SourceContext(env, loaded, str(tiny_base["store"]), tmp_path, 1))
+    info = source.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path, 1))
     assert len(info["d_low"]) == 3 and all(
         lo <= hi for lo, hi in zip(info["d_low"], info["d_high"], strict=True)
     )

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from _loop_helpers import loop_config, loop_node
-from _train_helpers import run_cli
+from helpers.loop import loop_config, loop_node
+from helpers.train import run_cli
 
 from rewind.config import ConfigError, to_dataclass
 from rewind.loop import LoopConfig, run_loop
@@ -23,17 +23,15 @@ def _records(out: Path, rounds: int) -> list[dict]:
     return [{k: v for k, v in rec.items() if k not in VOLATILE} for rec in recs]
 
 
-def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_base) -> None:
+def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_run) -> None:
     out = tmp_path / "ft"
-    summary = run_loop(loop_config(out, tiny_base, control=True))
+    summary = run_loop(loop_config(out, tiny_run, control=True))
     base, r1, r2 = _records(out, 2)
     assert summary["status"] == "done" and summary["rounds_done"] == 2
     assert base["policy"]["parent"] is None and r1["policy"]["parent"] == base["policy"]["version"]
     assert r2["policy"]["parent"] == r1["policy"]["version"]
-    assert r1["finetune"]["init"] == {
-        "from_weights": r1["finetune"]["init"]["from_weights"],
-        "normalizer": "keep",
-    }
+    # round 1 fine-tunes the base's weights (recorded relative to the loop's folder), keeping its normalizer
+    assert r1["finetune"]["init"] == {"from_weights": base["policy"]["weights"], "normalizer": "keep"}
     assert r2["finetune"]["init"]["from_weights"] == r1["policy"]["weights"]  # continues from the last round
     assert set(r2["data"]["rounds"]) == {"1", "2"} and r2["data"]["mix"][0] == pytest.approx(0.2)
     assert r2["data"]["source_weights"] == {"policy": 0.0, "pre_intervention": 0.0}  # RaC: interventions only
@@ -60,38 +58,38 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_base) -> None:
     assert (out / "success_vs_operator_steps.png").stat().st_size > 0
 
 
-def test_fs_retrains_from_scratch_on_everything_with_the_base_normalizer(tmp_path: Path, tiny_base) -> None:
+def test_fs_retrains_from_scratch_on_everything_with_the_base_normalizer(tmp_path: Path, tiny_run) -> None:
     out = tmp_path / "fs"
-    run_loop(loop_config(out, tiny_base, rounds=1, finetune={"mode": "fs", "demo_share": None, "steps": 10}))
+    run_loop(loop_config(out, tiny_run, rounds=1, finetune={"mode": "fs", "demo_share": None, "steps": 10}))
     base, r1 = _records(out, 1)
     assert r1["finetune"]["init"] == {"from_weights": base["policy"]["weights"], "load_weights": False}
     assert r1["data"]["mix"] == [] and set(r1["data"]["rounds"]) == {"1"}
     assert r1["policy"]["parent"] == base["policy"]["version"]
 
 
-def test_a_killed_loop_resumes_to_the_same_records(tmp_path: Path, tiny_base) -> None:
+def test_a_killed_loop_resumes_to_the_same_records(tmp_path: Path, tiny_run) -> None:
     full, cut = tmp_path / "full", tmp_path / "cut"
-    run_loop(loop_config(full, tiny_base))
+    run_loop(loop_config(full, tiny_run))
 
     def kill(r: int, stage: str) -> None:
         if (r, stage) == (2, "finetune"):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_loop(loop_config(cut, tiny_base), hook=kill)
+        run_loop(loop_config(cut, tiny_run), hook=kill)
     assert (round_dir(cut, 1) / RECORD).exists() and not (round_dir(cut, 2) / RECORD).exists()
     assert (round_dir(cut, 2) / "collect" / "store").exists()  # the interrupted round's leftovers
-    run_loop(loop_config(cut, tiny_base))
+    run_loop(loop_config(cut, tiny_run))
     assert _records(cut, 2) == _records(full, 2)
     with pytest.raises(ConfigError, match="other settings .*episodes_per_round"):
-        run_loop(loop_config(cut, tiny_base, episodes_per_round=4))
-    summary = run_loop(loop_config(cut, tiny_base, rounds=2))  # everything done: nothing runs again
+        run_loop(loop_config(cut, tiny_run, episodes_per_round=4))
+    summary = run_loop(loop_config(cut, tiny_run, rounds=2))  # everything done: nothing runs again
     assert summary["rounds_done"] == 2
 
 
-def test_human_round_waits_for_rewind_teleop(tmp_path: Path, tiny_base) -> None:
+def test_human_round_waits_for_rewind_teleop(tmp_path: Path, tiny_run) -> None:
     out = tmp_path / "human"
-    summary = run_loop(loop_config(out, tiny_base, rounds=1, recovery={"name": "human", "person": "teleop"}))
+    summary = run_loop(loop_config(out, tiny_run, rounds=1, recovery={"name": "human", "person": "teleop"}))
     assert summary["status"] == "waiting_for_human" and summary["rounds_done"] == 0
     cmd = summary["next_command"]
     assert (
@@ -125,17 +123,17 @@ def test_cli_builds_its_own_base_and_reports_bad_values(
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
-def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, tiny_base) -> None:
+def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, tiny_run) -> None:
     from rewind.loop import stages
     from rewind.monitor import Calibration
     from rewind.policies.io import weights_hash
     from rewind.train.policy_api import resolve_weights
 
-    weights = resolve_weights(str(tiny_base["train"]))
+    weights = resolve_weights(str(tiny_run["train"]))
     cal = tmp_path / "cal"
     cal.mkdir()
     Calibration("tide", 0.5, 1, -1.0, weights_hash(weights)).save(cal)  # every scored step alarms
-    cfg = loop_config(tmp_path / "o", tiny_base, eval={"episodes": 2, "num_envs": 2})
+    cfg = loop_config(tmp_path / "o", tiny_run, eval={"episodes": 2, "num_envs": 2})
     ev = stages.evaluate(cfg, weights, tmp_path / "new" / "eval_rewind", str(cal))
     assert ev.episodes == 2 and ev.monitor is not None and ev.monitor["rewinds"] >= 2
 
@@ -143,7 +141,7 @@ def test_evaluation_with_test_time_rewind_into_a_fresh_folder(tmp_path: Path, ti
 def test_a_loop_started_before_a_policy_field_existed_still_resumes(tmp_path: Path) -> None:
     """``loop.json`` written before ``obs_clip`` existed lacks it; loading that policy gives the default,
     so the loop resumes; a real change of a policy setting is still refused."""
-    from _train_helpers import TINY_POLICIES
+    from helpers.train import TINY_POLICIES
 
     from rewind.loop.lineage import IDENTITY, check_identity
 

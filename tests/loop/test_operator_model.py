@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _loop_helpers import loop_config, loop_node
-from _train_helpers import run_cli
+from helpers.loop import loop_config, loop_node
+from helpers.train import run_cli
 from hydra import compose, initialize_config_module
 
 from rewind.config import to_dataclass
@@ -50,14 +50,14 @@ def test_the_group_composes_validates_and_lists_valid_names(tmp_path: Path, caps
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
-def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_base, tmp_path: Path) -> None:
+def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_run, tmp_path: Path) -> None:
     env = make_env("lift", max_steps=60)
-    loaded = load_policy(str(tiny_base["train"]), env, "lift", torch.device("cpu"))
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     model = {"name": "human_like", "give_up_near": 0.5, "give_up_far": 0.5, "overhead_s": 1.0}
     cfg = to_dataclass({"name": "dagger", "stall_steps": 8, "max_interventions": 3, "max_correction_steps": 30,
                         "after": "handback", "operator_model": model}, RecoveryConfig)  # fmt: skip
     source = make_source(cfg, "lift")
-    prepared = source.prepare(SourceContext(env, loaded, str(tiny_base["store"]), tmp_path, 1))
+    prepared = source.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path, 1))
     assert prepared["demo_distance"]["states"] > 0 and isinstance(source.operator, HumanLikeOperator)
     from rewind.loop.episodes import run_episode
 
@@ -85,11 +85,11 @@ def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_base, tmp_pat
     assert report["operator_time_s"] == pytest.approx(steps * CONTROL_DT + interventions * 1.0, abs=1e-3)
 
 
-def test_a_tiny_loop_round_with_the_human_like_model(tiny_base, tmp_path: Path) -> None:
+def test_a_tiny_loop_round_with_the_human_like_model(tiny_run, tmp_path: Path) -> None:
     out = tmp_path / "loop"
-    node = loop_node(out, tiny_base, rounds=1)
+    node = loop_node(out, tiny_run, rounds=1)
     node["recovery"] = {**node["recovery"], "name": "dagger", "operator_model": {"name": "human_like"}}
-    run_loop(loop_config(out, tiny_base, rounds=1, recovery=node["recovery"]))
+    run_loop(loop_config(out, tiny_run, rounds=1, recovery=node["recovery"]))
     summary = json.loads((round_dir(out, 1) / "collect" / "summary.json").read_text())
     src = summary["source"]
     assert src["operator_model"] == "human_like" and src["demo_distance"]["states"] > 0

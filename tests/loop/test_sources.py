@@ -20,9 +20,9 @@ OPERATOR_LABELS = {"recovery", "correction", "human"}
 
 
 @pytest.fixture()
-def parts(tiny_base):
+def parts(tiny_run):
     env = make_env("lift", max_steps=60)
-    loaded = load_policy(str(tiny_base["train"]), env, "lift", torch.device("cpu"))
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     yield env, loaded
     env.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from _loop_helpers import loop_config
+from helpers.loop import loop_config
 
 from rewind.loop import stages
 from rewind.train import DataConfig

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import torch
-from _train_helpers import run_cli
+from helpers.train import run_cli
 
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _policy_helpers import DA, SHAPE_META, TINY, VARIANTS, B, H, S, build, make_batch
+from helpers.policies import DA, SHAPE_META, TINY, VARIANTS, B, H, S, build, make_batch
 
 from rewind.policies.diffusion import DiffusionConfig
 from rewind.policies.ema import ema_weights, load_ema_state, make_ema, save_ema_state

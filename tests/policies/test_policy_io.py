@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from _policy_helpers import DA, SHAPE_META, B, H, build, make_batch
+from helpers.policies import DA, SHAPE_META, B, H, build, make_batch
 
 from rewind.policies.encoders import ImageEncoder, LowDimEncoder
 from rewind.policies.io import (

@@ -23,7 +23,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from _store_helpers import assert_episode_equals, make_episode, make_spec
+from helpers.store import assert_episode_equals, make_episode, make_spec
 
 from rewind.scripts.store import main as store_main
 from rewind.store import ReplayStore, StoreError, format_store_info, store_info, verify_store

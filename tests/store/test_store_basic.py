@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _store_helpers import ENV_ID, LOW_DIM, assert_episode_equals, make_episode, make_spec
+from helpers.store import ENV_ID, LOW_DIM, assert_episode_equals, make_episode, make_spec
 
 from rewind.store import (
     SCHEMA_VERSION,

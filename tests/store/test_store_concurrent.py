@@ -7,19 +7,19 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _store_helpers import LOW_DIM, assert_episode_equals, make_episode
+from helpers.store import LOW_DIM, assert_episode_equals, make_episode
 
 from rewind.store import ReplayStore
 from rewind.store.windows import ReplayBuffer, WindowSampler
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the writer runs as ``python -m helpers.writer`` from here
 N_EPISODES = 12
 
 
 def test_reader_refresh_sees_commits_of_concurrent_writer(tmp_path: Path) -> None:
     path = tmp_path / "store"
-    cmd = [sys.executable, str(HERE / "_writer.py"), str(path), str(N_EPISODES), "0.01"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    cmd = [sys.executable, "-m", "helpers.writer", str(path), str(N_EPISODES), "0.01"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS)
     try:
         assert proc.stdout.readline() == "ready\n"
         reader = ReplayStore.open(path, mode="r")

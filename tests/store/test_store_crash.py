@@ -10,19 +10,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _store_helpers import assert_episode_equals, make_episode, make_spec
+from helpers.store import assert_episode_equals, make_episode, make_spec
 
 from rewind.store import ReplayStore
 from rewind.store.episode_file import EPISODE_DIR, episode_filename
 from rewind.store.orphans import ORPHAN_DIR
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the writer runs as ``python -m helpers.writer`` from here
 N_TRIALS = 50
 
 
 def _start_writer(path: Path, max_episodes: int, sleep_s: float = 0.0) -> subprocess.Popen:
-    cmd = [sys.executable, str(HERE / "_writer.py"), str(path), str(max_episodes), str(sleep_s)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    cmd = [sys.executable, "-m", "helpers.writer", str(path), str(max_episodes), str(sleep_s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS)
     line = proc.stdout.readline()
     assert line == "ready\n", f"writer did not start: {line!r} {proc.stderr.read() if not line else ''}"
     return proc

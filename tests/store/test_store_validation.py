@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _store_helpers import assert_episode_equals, make_episode, make_spec
+from helpers.store import assert_episode_equals, make_episode, make_spec
 
 from rewind.store import ReplayStore, StoreError
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _store_helpers import LOW_DIM, make_episode, make_spec
+from helpers.store import LOW_DIM, make_episode, make_spec
 
 from rewind.store import SOURCE_CODES, ReplayStore, StoreError
 from rewind.store.windows import ReplayBuffer, WindowSampler

@@ -4,43 +4,25 @@ factory of in-process servers over a real simulation thread."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from _train_helpers import collect_lift_store, train_config  # noqa: E402
-
-from rewind.envs.config import EnvConfig, build_env  # noqa: E402
-from rewind.monitor.conformal import Calibration  # noqa: E402
-from rewind.policies.io import weights_hash  # noqa: E402
-from rewind.store import store_spec_for  # noqa: E402
-from rewind.teleop import SimLoop, TeleopServer, TeleopSession  # noqa: E402
-from rewind.teleop.frames import FrameRenderer  # noqa: E402
-from rewind.train import run_train  # noqa: E402
-from rewind.train.policy_api import resolve_weights  # noqa: E402
-
-SHORT_TRAIN = {
-    "steps": 10,
-    "batch_size": 8,
-    "warmup_steps": 2,
-    "save_every": 10,
-    "val_every": 10,
-    "log_every": 5,
-}
+from rewind.envs.config import EnvConfig, build_env
+from rewind.monitor.conformal import Calibration
+from rewind.policies.io import weights_hash
+from rewind.store import store_spec_for
+from rewind.teleop import SimLoop, TeleopServer, TeleopSession
+from rewind.teleop.frames import FrameRenderer
+from rewind.train.policy_api import resolve_weights
 
 
 @pytest.fixture(scope="session")
-def tiny_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The weights folder of a tiny diffusion policy (10 training steps on 4 Lift demos)."""
-    root = tmp_path_factory.mktemp("teleop_policy")
-    store = collect_lift_store(root / "demos" / "store")
-    run_train(train_config(root / "run", store, train=SHORT_TRAIN))
-    return resolve_weights(str(root / "run"))
+def tiny_weights(tiny_run: dict[str, Path]) -> Path:
+    """The weights folder of the session's tiny diffusion policy (trained on 4 Lift demos)."""
+    return resolve_weights(str(tiny_run["train"]))
 
 
 @pytest.fixture(scope="session")

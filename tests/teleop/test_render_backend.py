@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from _teleop_helpers import default_sigint  # noqa: E402
+from helpers.teleop import default_sigint  # noqa: E402
 
 from rewind.utils.render import HEADLESS_BACKENDS, RenderBackendError, check_gl_setting
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _train_helpers import run_cli
+from helpers.train import run_cli
 
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig, build_env

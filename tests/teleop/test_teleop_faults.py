@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _teleop_helpers import default_sigint  # noqa: E402
-from _train_helpers import run_cli
+from helpers.teleop import default_sigint  # noqa: E402
+from helpers.train import run_cli
 
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig, build_env

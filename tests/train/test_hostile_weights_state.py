@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _train_helpers import TINY_TRAIN, run_cli, train_args, train_config, train_tiny_policy
+from helpers.train import TINY_TRAIN, run_cli, train_args, train_config, train_tiny_policy
 from safetensors.torch import load_file, save_file
 
 from rewind.cli.app import is_user_error

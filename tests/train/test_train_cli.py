@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _train_helpers import collect_lift_store, run_cli, train_args
+from helpers.train import collect_lift_store, run_cli, train_args
 
 from rewind.metrics import read_metrics
 from rewind.scripts.eval import main as eval_main

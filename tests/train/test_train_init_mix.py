@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _train_helpers import collect_lift_store, train_config
+from helpers.train import collect_lift_store, train_config
 
 from rewind.config import ConfigError
 from rewind.store import SOURCE_CODES, ReplayStore

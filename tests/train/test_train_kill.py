@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _train_helpers import collect_lift_store, train_args, train_config
+from helpers.train import collect_lift_store, train_args, train_config
 
 from rewind.policies.io import load_policy_weights
 from rewind.train import run_train

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_helpers import collect_lift_store, train_config
+from helpers.train import collect_lift_store, train_config
 from safetensors.torch import load_file
 
 from rewind.config import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _train_helpers import collect_lift_store, train_config
+from helpers.train import collect_lift_store, train_config
 
 from rewind.metrics import read_metrics
 from rewind.train import run_train
