@@ -31,6 +31,11 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
                         ["policy.obs_scale_floor=0.5"], [], None),
     "act4": ("execute 4 actions per chunk instead of 8 (eval n_action_steps)", [], ["n_action_steps=4"], "baseline"),
     "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
+    # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
+    # steps added to the demos (windows drawn uniformly; the round's policy steps weigh 0 as in the loop)
+    "fs_round": ("the base recipe from scratch on the demos plus a round's interventions (--round-store)",
+                 ["data.extra_paths=[ROUND_STORE]", "+data.source_weights={policy: 0.0, pre_intervention: 0.0}",
+                  "data.weight_mode=sample"], [], None),
 }  # fmt: skip
 
 
@@ -48,6 +53,10 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
     out = Path(a.root) / f"{name}_s{a.steps}"
     trained = Path(a.root) / f"{train_as or name}_s{a.steps}"
     train_overrides = VARIANTS[train_as][1] if train_as else overrides
+    if any("ROUND_STORE" in o for o in train_overrides):
+        if not a.round_store:
+            raise SystemExit(f"variant {name} needs --round-store (a loop round's collect/store)")
+        train_overrides = [o.replace("ROUND_STORE", a.round_store) for o in train_overrides]
     train = run_once([rewind_bin("rewind-train"), f"env={a.task}", "policy=diffusion", f"data.path={store}",
                       f"train.steps={a.steps}", f"train.save_every={a.steps}", f"train.val_every={a.steps // 5}",
                       "num_threads=2", "wandb.mode=offline", *train_overrides, f"out_dir={trained / 'train'}"],
@@ -72,7 +81,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2500)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--eval-seed", type=int, default=10000, help="10000: tuning seeds; 70000: report seeds")
-    ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="*", default=[v for v in VARIANTS if v != "fs_round"])
+    ap.add_argument("--round-store", default=None, help="fs_round: the loop round store whose interventions are added")
     ap.add_argument("--out", default="bench/results/base_ablation_stack3.json")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
