@@ -2,7 +2,7 @@
 
 A guidance function maps the current clean-chunk estimate ``x0_hat`` ``[B * S, H, Da]`` (in
 *normalized* action units, rows sample-major per observation as in
-:meth:`~rewind.policies.common.ObsConditionedPolicy.repeat_features`) and the current timestep to
+:meth:`~rewind.policies.obs_conditioned.ObsConditionedPolicy.repeat_features`) and the current timestep to
 a corrected estimate ``x0'`` of the same shape. Use ``policy.normalizer.unnormalize("action", x)``
 inside it for env units (the map is affine, so gradients flow through it).
 

@@ -8,7 +8,7 @@ Built in: ``"diffusion"`` and ``"flow"``. ACT registers itself as ``"act"`` from
 
 That package is imported lazily (on the first lookup) and only if it exists, so everything here
 works before it is written. A policy class is constructed as ``policy_cls(config, shape_meta)`` and
-must expose ``config`` and ``shape_meta`` attributes (see :mod:`rewind.policies.common`).
+must expose ``config`` and ``shape_meta`` attributes (see :mod:`rewind.policies.obs_conditioned`).
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from rewind.envs.wrappers import PerturbationConfig
 from rewind.eval.config import EvalConfig
 from rewind.loop.config import FinetuneConfig, LoopConfig, RecoveryConfig
 from rewind.monitor.calibrate import CalibrateConfig
+from rewind.monitor.episode import RewindConfig
+from rewind.monitor.factory import MonitorConfig
 from rewind.monitor.monitor_eval import MonitorEvalConfig
-from rewind.monitor.runner import RewindConfig
-from rewind.monitor.setup import MonitorConfig
 from rewind.policies.registry import get_policy_classes
 from rewind.teleop.config import TeleopConfig
 from rewind.train import TrainConfig

@@ -5,7 +5,7 @@ Layers, bottom to top (README, "Layout"):
 
 0. ``rewind`` (the package root), ``rewind.config``, ``rewind.metrics``, ``rewind.utils``, ``rewind.store``
 1. ``rewind.envs``, ``rewind.policies``
-2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.rollout`` (batched policy rollouts)
+2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.lockstep`` (lockstep batched policy rollouts)
 3. ``rewind.monitor``
 4. ``rewind.eval``
 5. ``rewind.loop``, ``rewind.teleop``
@@ -26,7 +26,7 @@ PACKAGE_DIRS = {"rewind": "rewind", "envs": "rewind.envs", "policies": "rewind.p
 LAYERS = {
     "rewind": 0, "rewind.config": 0, "rewind.metrics": 0, "rewind.utils": 0, "rewind.store": 0,
     "rewind.envs": 1, "rewind.policies": 1,
-    "rewind.train": 2, "rewind.collect": 2, "rewind.rollout": 2,
+    "rewind.train": 2, "rewind.collect": 2, "rewind.lockstep": 2,
     "rewind.monitor": 3,
     "rewind.eval": 4,
     "rewind.loop": 5, "rewind.teleop": 5,

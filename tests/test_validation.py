@@ -12,9 +12,9 @@ from rewind.envs.wrappers import PerturbationConfig
 from rewind.eval.config import EvalConfig
 from rewind.loop.config import LoopConfig, RecoveryConfig
 from rewind.monitor.calibrate import CalibrateConfig
+from rewind.monitor.episode import RewindConfig
+from rewind.monitor.factory import MonitorConfig, TrackingConfig
 from rewind.monitor.monitor_eval import MonitorEvalConfig
-from rewind.monitor.runner import RewindConfig
-from rewind.monitor.setup import MonitorConfig, TrackingConfig
 from rewind.policies.diffusion import DiffusionConfig
 from rewind.teleop.config import TeleopConfig
 from rewind.train import TrainConfig

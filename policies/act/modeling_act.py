@@ -32,14 +32,14 @@ from rewind.policies.act.configuration_act import ACTConfig
 from rewind.policies.act.ensemble import ACTPolicyState, TemporalEnsembler
 from rewind.policies.act.network_act import ACTNetwork, kl_to_standard_normal
 from rewind.policies.base import ChunkRecord, Obs, PolicyState
-from rewind.policies.common import ObsConditionedPolicy
+from rewind.policies.obs_conditioned import ObsConditionedPolicy
 
 
 def masked_weighted_l1(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None, weight: torch.Tensor | None
 ) -> torch.Tensor:
     """Scalar L1 loss from ``pred``/``target`` ``[B, H, Da]``, with the conventions of
-    :func:`~rewind.policies.common.masked_weighted_mse`: per window the mean over ``Da`` and the valid
+    :func:`~rewind.policies.obs_conditioned.masked_weighted_mse`: per window the mean over ``Da`` and the valid
     steps (``mask`` ``[B, H]``), over the batch ``sum(w * l) / sum(w)`` (``weight`` ``[B]``)."""
     err = (pred.float() - target.float()).abs().mean(-1)  # [B, H]
     m = torch.ones_like(err) if mask is None else mask.to(err.dtype)

@@ -4,7 +4,7 @@ Training (DDPM forward process, diffusers ``DDPMScheduler``): a normalized chunk
 is noised to ``x_t = sqrt(a_t) x0 + sqrt(1 - a_t) eps`` at a random step ``t``; the U-Net, conditioned
 on ``[time embedding, encoder features]``, predicts ``eps`` (or ``x0`` with
 ``prediction_type="sample"``). The loss is the masked, per-sample weighted MSE of
-:func:`~rewind.policies.common.masked_weighted_mse`.
+:func:`~rewind.policies.obs_conditioned.masked_weighted_mse`.
 
 Sampling: start from ``N(0, I)`` drawn with the caller's ``torch.Generator`` and run the DDIM
 (``num_inference_steps``, 10 by default) or DDPM (every training step) reverse process; an optional
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
-from rewind.policies.common import GuidedChunkPolicy, masked_weighted_mse
 from rewind.policies.diffusion.configuration_diffusion import DiffusionConfig
 from rewind.policies.diffusion.unet import ConditionalUnet1D
 from rewind.policies.guidance import GuidanceFn, eps_from_x0, x0_from_eps
+from rewind.policies.obs_conditioned import GuidedChunkPolicy, masked_weighted_mse
 
 
 def make_scheduler(cfg: DiffusionConfig, kind: str) -> DDPMScheduler | DDIMScheduler:

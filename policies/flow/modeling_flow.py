@@ -3,7 +3,7 @@
 Path from noise ``x0 ~ N(0, I)`` (``t = 0``) to the normalized action chunk ``x1`` (``t = 1``):
 ``x_t = (1 - t) x0 + t x1``. The U-Net, conditioned on ``[time embedding, encoder features]``,
 regresses the constant velocity ``v = x1 - x0``; the loss is the masked, per-sample weighted MSE of
-:func:`~rewind.policies.common.masked_weighted_mse`. Sampling integrates ``dx/dt = v`` with
+:func:`~rewind.policies.obs_conditioned.masked_weighted_mse`. Sampling integrates ``dx/dt = v`` with
 ``num_inference_steps`` Euler steps from seeded noise.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from rewind.policies.common import GuidedChunkPolicy, masked_weighted_mse
 from rewind.policies.diffusion.unet import ConditionalUnet1D
 from rewind.policies.flow.configuration_flow import FlowConfig
 from rewind.policies.guidance import GuidanceFn
+from rewind.policies.obs_conditioned import GuidedChunkPolicy, masked_weighted_mse
 
 
 class FlowPolicy(GuidedChunkPolicy):

@@ -11,8 +11,8 @@ from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, perturbation_config
 from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
-from rewind.monitor.runner import RewindConfig
-from rewind.monitor.setup import MonitorConfig
+from rewind.monitor.episode import RewindConfig
+from rewind.monitor.factory import MonitorConfig
 from rewind.utils.device import check_device
 
 

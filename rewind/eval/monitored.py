@@ -1,5 +1,5 @@
 """``rewind-eval`` with a failure monitor: episodes one env at a time under
-:class:`~rewind.monitor.runner.MonitoredEpisode`, rewinding on alarms, with the event logs."""
+:class:`~rewind.monitor.episode.MonitoredEpisode`, rewinding on alarms, with the event logs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import gymnasium as gym
 import numpy as np
 
 from rewind.eval.config import EvalConfig
-from rewind.eval.recorders import VideoRecorder
+from rewind.eval.observers import VideoRecorder
+from rewind.monitor.factory import load_monitor
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
-from rewind.monitor.setup import load_monitor
 from rewind.store import ReplayStore, StoreSpec
 from rewind.train.policy_api import LoadedPolicy
 

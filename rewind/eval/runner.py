@@ -18,11 +18,11 @@ from rewind.envs.config import build_env
 from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import EvalConfig
 from rewind.eval.monitored import monitored_rollouts
-from rewind.eval.recorders import StoreRecorder, VideoRecorder
+from rewind.eval.observers import StoreRecorder, VideoRecorder
 from rewind.eval.stats import stage_histogram, wilson_interval
+from rewind.lockstep import EpisodeRecord, RolloutObserver, run_batch
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy
-from rewind.rollout import EpisodeRecord, RolloutObserver, run_batch
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
 from rewind.train.policy_api import load_policy
 from rewind.utils.device import resolve_device

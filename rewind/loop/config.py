@@ -16,8 +16,8 @@ from rewind.envs.config import EnvConfig
 from rewind.envs.operators.human_like import OperatorModelConfig
 from rewind.loop.guided import GuidedConfig
 from rewind.metrics import WandbConfig
-from rewind.monitor.runner import check_rewind_mode
-from rewind.monitor.setup import MonitorConfig
+from rewind.monitor.episode import check_rewind_mode
+from rewind.monitor.factory import MonitorConfig
 from rewind.train.config import NORMALIZER_MODES, WEIGHT_MODES, policy_config
 from rewind.utils.device import check_device
 

@@ -12,9 +12,9 @@ import torch
 from rewind.config import ConfigError
 from rewind.loop.guided import DriftGuide, PhaseModel, train_dynamics
 from rewind.loop.sources import CONTINUE, RecoverySource, SourceContext
-from rewind.monitor.runner import MonitoredEpisode, RewindConfig, StepResult
+from rewind.monitor.episode import MonitoredEpisode, RewindConfig, StepResult
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
-from rewind.policies.common import GuidedChunkPolicy
+from rewind.policies.obs_conditioned import GuidedChunkPolicy
 from rewind.store import ReplayStore
 from rewind.utils.io import atomic_write_json
 from rewind.utils.seeding import torch_generator

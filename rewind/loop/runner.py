@@ -29,8 +29,8 @@ from rewind.loop.record import (
 )
 from rewind.loop.report import log_to_wandb, success_text, summarize_loop, write_report
 from rewind.loop.sources import SourceContext, is_external, make_source, source_class, teleop_command
-from rewind.monitor.runner import MonitoredEpisode, RewindConfig
-from rewind.monitor.setup import load_monitor
+from rewind.monitor.episode import MonitoredEpisode, RewindConfig
+from rewind.monitor.factory import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
 from rewind.store import ReplayStore, store_spec_for
 from rewind.train import DataConfig, TrainConfig, policy_api

@@ -2,7 +2,7 @@
 
 Every source implements one method, :meth:`RecoverySource.on_trigger`, called by
 :func:`rewind.loop.episodes.run_episode` when a policy step raises an alarm (or the episode stalls).
-It acts on the :class:`~rewind.monitor.runner.MonitoredEpisode` through the runner's own API
+It acts on the :class:`~rewind.monitor.episode.MonitoredEpisode` through the runner's own API
 (``rewind``, ``external_step``), so every executed step reaches the episode's recording with its label,
 and returns :data:`CONTINUE` (the policy drives again) or :data:`END` (stop the episode here).
 
@@ -40,8 +40,8 @@ from rewind.envs.operators.base import Operator, OperatorNoise
 from rewind.envs.operators.handback import complete_current_stage
 from rewind.envs.operators.human_like import CONTROL_DT, DemoDistance, HumanLikeOperator, operator_time_s
 from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
+from rewind.monitor.episode import MonitoredEpisode, StepResult
 from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
-from rewind.monitor.runner import MonitoredEpisode, StepResult
 
 #: Verdicts of :meth:`RecoverySource.on_trigger`.
 CONTINUE, END = "continue", "end"

@@ -22,8 +22,8 @@ from rewind.loop.record import CalibrationOutcome, EvalOutcome
 from rewind.metrics import WandbConfig
 from rewind.monitor.calibrate import calibration_rollouts
 from rewind.monitor.conformal import CalibrationError, calibrate
-from rewind.monitor.runner import RewindConfig
-from rewind.monitor.setup import MonitorConfig
+from rewind.monitor.episode import RewindConfig
+from rewind.monitor.factory import MonitorConfig
 from rewind.store import ReplayStore
 from rewind.train import DataConfig, OptimConfig, TrainConfig, run_train
 from rewind.train.config import InitConfig

@@ -23,10 +23,10 @@ from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
 from rewind.monitor.conformal import calibrate, held, min_calibration_size
+from rewind.monitor.episode import Monitor, RewindConfig
+from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
-from rewind.monitor.runner import Monitor, RewindConfig
 from rewind.monitor.scores import FailureScore
-from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device

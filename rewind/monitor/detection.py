@@ -20,7 +20,7 @@ import numpy as np
 from rewind.envs.evaluation import drive
 from rewind.envs.operators.base import Operator
 from rewind.monitor.conformal import held
-from rewind.monitor.runner import MonitoredEpisode, StepResult, rewindable
+from rewind.monitor.episode import MonitoredEpisode, StepResult, rewindable
 from rewind.monitor.scores import FailureScore
 from rewind.policies.base import ActionChunkPolicy
 

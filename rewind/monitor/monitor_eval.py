@@ -33,10 +33,10 @@ from rewind.monitor.detection import (
     point_of_no_return,
     scored_rollout,
 )
+from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig
+from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, score_params
 from rewind.monitor.monitor_plots import plot_roc, plot_traces
-from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig
 from rewind.monitor.scores import SCORES
-from rewind.monitor.setup import MonitorConfig, build_score, encode_episodes, score_params
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device

@@ -1,6 +1,6 @@
 """Recording monitored episodes into a replay store with per-step source labels.
 
-:class:`EpisodeRecording` buffers the :class:`~rewind.monitor.runner.StepResult` of every step, in
+:class:`EpisodeRecording` buffers the :class:`~rewind.monitor.episode.StepResult` of every step, in
 the order the env saw them, and commits the episode atomically to a
 :class:`~rewind.store.ReplayStore` (nothing is written until :meth:`EpisodeRecording.commit`, so an
 episode cut short — a killed process, a closed browser — leaves the store as it was).
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rewind.monitor.runner import StepResult
+from rewind.monitor.episode import StepResult
 from rewind.store import EpisodeInfo, ReplayStore
 from rewind.store.windows import INTERVENTION_LABELS
 

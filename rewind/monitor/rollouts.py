@@ -1,4 +1,4 @@
-"""Monitored rollouts: many episodes of :class:`~rewind.monitor.runner.MonitoredEpisode`, one env at a
+"""Monitored rollouts: many episodes of :class:`~rewind.monitor.episode.MonitoredEpisode`, one env at a
 time (each env has its own policy queue, so a rewind of one never disturbs another), with a progress
 bar, optional videos and optional recording into a replay store."""
 
@@ -12,10 +12,10 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
+from rewind.lockstep import EpisodeRecord, RolloutObserver
 from rewind.monitor.checkpoints import CheckpointTracker
+from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, StepResult
 from rewind.monitor.recording import EpisodeRecording
-from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig, StepResult
-from rewind.rollout import EpisodeRecord, RolloutObserver
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy
 from rewind.utils.seeding import torch_generator
@@ -49,7 +49,7 @@ def _record(ep: MonitoredEpisode, steps: int, max_stage: int, perturbations: lis
     )  # fmt: skip
 
 
-def run_episode(
+def run_monitored_episode(
     ep: MonitoredEpisode,
     seed: int,
     recording: EpisodeRecording | None = None,
@@ -100,7 +100,7 @@ def run_monitored(
     bar = tqdm(seeds, desc=desc, disable=not progress)
     for seed in bar:
         rec = EpisodeRecording() if store is not None else None
-        records.append(run_episode(ep, int(seed), rec, observers))
+        records.append(run_monitored_episode(ep, int(seed), rec, observers))
         traces.append(list(ep.log.scores))
         if rec is not None and len(rec):
             extra = {"events": records[-1].events, "rewinds": records[-1].rewinds}

@@ -4,7 +4,7 @@ in on an alarm, rewind, correct, and record every step with its label.
 * :mod:`rewind.teleop.session`: :class:`TeleopSession`, the HTTP-free state machine (modes,
   commands, recording, commits);
 * :mod:`rewind.teleop.controls`: key bindings and the person's input;
-* :mod:`rewind.teleop.loop`: :class:`SimLoop`, the simulation thread (control rate, frames, state);
+* :mod:`rewind.teleop.simulation`: :class:`SimLoop`, the simulation thread (control rate, frames, state);
 * :mod:`rewind.teleop.server`: :class:`TeleopServer`, the page, MJPEG stream and JSON API;
 * :mod:`rewind.teleop.guard`: what the server refuses (foreign Host/Origin, bad bodies, slow clients,
   too many connections);
@@ -16,9 +16,9 @@ See ``docs/teleop.md``.
 from rewind.teleop.app import build_session, run_teleop
 from rewind.teleop.config import TeleopConfig
 from rewind.teleop.controls import ControlSettings, HumanInput
-from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer
 from rewind.teleop.session import COMMANDS, MODES, SessionSettings, TeleopCommandError, TeleopSession
+from rewind.teleop.simulation import SimLoop
 
 __all__ = [
     "COMMANDS", "MODES", "ControlSettings", "HumanInput", "SessionSettings", "SimLoop", "TeleopCommandError",

@@ -12,15 +12,15 @@ import torch
 from rewind.envs.config import build_env
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.conformal import Calibration
-from rewind.monitor.runner import Monitor
-from rewind.monitor.setup import MonitorConfig, TrackingConfig, load_monitor
+from rewind.monitor.episode import Monitor
+from rewind.monitor.factory import MonitorConfig, TrackingConfig, load_monitor
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop.config import TOKEN_ENV, TeleopConfig
 from rewind.teleop.frames import FrameRenderer
-from rewind.teleop.loop import SimLoop
 from rewind.teleop.server import TeleopServer
 from rewind.teleop.session import TeleopSession
+from rewind.teleop.simulation import SimLoop
 from rewind.train.policy_api import load_policy
 from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json

@@ -11,8 +11,8 @@ from omegaconf import MISSING
 
 from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig
-from rewind.monitor.runner import check_rewind_mode
-from rewind.monitor.setup import TrackingConfig
+from rewind.monitor.episode import check_rewind_mode
+from rewind.monitor.factory import TrackingConfig
 from rewind.teleop.controls import ControlSettings
 from rewind.teleop.guard import check_binding
 from rewind.teleop.session import SessionSettings

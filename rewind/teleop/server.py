@@ -43,8 +43,8 @@ from rewind.teleop.guard import (
     drain_before_close,
     loopback_refusal,
 )
-from rewind.teleop.loop import SimLoop
 from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
+from rewind.teleop.simulation import SimLoop
 
 log = logging.getLogger(__name__)
 

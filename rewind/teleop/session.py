@@ -36,8 +36,8 @@ import numpy as np
 
 from rewind.config import ConfigError
 from rewind.monitor.checkpoints import CheckpointTracker
+from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, StepResult, check_rewind_mode
 from rewind.monitor.recording import EpisodeRecording
-from rewind.monitor.runner import Monitor, MonitoredEpisode, RewindConfig, StepResult, check_rewind_mode
 from rewind.policies.base import ActionChunkPolicy, PolicyState
 from rewind.store import ReplayStore, StoreError, StoreSpec
 from rewind.teleop.controls import ControlSettings, HumanInput, current_grip_command

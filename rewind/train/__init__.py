@@ -7,6 +7,6 @@ See ``docs/training.md`` for the config fields, resume and the output folder lay
 """
 
 from rewind.train.config import DataConfig, OptimConfig, TrainConfig, policy_config
-from rewind.train.loop import run_train
+from rewind.train.run import run_train
 
 __all__ = ["DataConfig", "OptimConfig", "TrainConfig", "policy_config", "run_train"]

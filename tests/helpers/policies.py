@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rewind.policies.common import ObsConditionedPolicy
+from rewind.policies.obs_conditioned import ObsConditionedPolicy
 from rewind.policies.registry import make_policy
 from rewind.utils.seeding import torch_generator
 

@@ -10,7 +10,7 @@ from helpers.train import run_cli
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration
 from rewind.monitor.detection import ScoredEpisode, auroc, detection_metrics, first_alarm, point_of_no_return
-from rewind.monitor.runner import MonitoredEpisode, rewindable
+from rewind.monitor.episode import MonitoredEpisode, rewindable
 from rewind.scripts.calibrate import main as calibrate_main
 from rewind.scripts.eval import main as eval_main
 from rewind.scripts.monitor_eval import main as monitor_eval_main

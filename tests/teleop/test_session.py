@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rewind.envs.config import EnvConfig, build_env
-from rewind.monitor.setup import TrackingConfig
+from rewind.monitor.factory import TrackingConfig
 from rewind.store import ReplayStore, store_spec_for
 from rewind.teleop import ControlSettings, SessionSettings, TeleopCommandError, TeleopSession
 from rewind.teleop.app import load_calibrated_monitor

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from rewind.eval.video import annotate, require_rendering, write_video
-from rewind.rollout import EpisodeRecord
+from rewind.lockstep import EpisodeRecord
 from rewind.store import ReplayStore
 from rewind.store.store import EpisodeWriter
 

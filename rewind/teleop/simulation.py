@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.monitor.runner import StepResult
+from rewind.monitor.episode import StepResult
 from rewind.teleop.frames import Frame, FrameRenderer, Latest
 from rewind.teleop.session import TeleopCommandError, TeleopSession
 from rewind.utils.render import RenderBackendError

@@ -28,7 +28,7 @@ from rewind.monitor.checkpoints import (
     CheckpointTracker,
 )
 from rewind.monitor.conformal import Calibration, CalibrationError
-from rewind.monitor.runner import Monitor
+from rewind.monitor.episode import Monitor
 from rewind.monitor.scores import SCORES, FailureScore, make_score
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
