@@ -61,9 +61,9 @@ def _task(name: str, stages: tuple[str, ...], target: Callable[[Any], Any], max_
 TASKS: dict[str, RobosuiteTask] = {
     t.name: t
     for t in (
-        _task("Lift", ("grasped", "lifted"), _lift_object, 200),
-        _task("Can", ("grasped", "placed"), _can_object, 400),
-        _task("Square", ("grasped", "inserted"), _square_object, 400),
+        _task("Lift", ("grasp", "lift"), _lift_object, 200),
+        _task("Can", ("grasp", "place"), _can_object, 400),
+        _task("Square", ("grasp", "insert"), _square_object, 400),
     )
 }
 #: The only robot and arm controller the adapter supports (robomimic's benchmark setting).
