@@ -21,7 +21,9 @@ def rewind_bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def run_once(cmd: list[str], folder: Path, no_run: bool = False, log_mode: str = "w") -> dict[str, Any] | None:
+def run_once(
+    cmd: list[str], folder: Path, no_run: bool = False, log_mode: str = "w"
+) -> dict[str, Any] | None:
     """Run ``cmd`` unless ``folder/summary.json`` exists; return that summary (``None`` when it is
     missing and ``no_run``). Output goes to ``folder/../<folder>.log``."""
     summary = folder / "summary.json"

@@ -9,8 +9,8 @@ used); the chosen recipe is then reported on seeds never used to choose anything
     MUJOCO_GL=osmesa .venv/bin/python bench/base_ablation.py --root runs/base_ablation/stack3 \
         --variants baseline scale_floor_0.5 --out bench/results/base_ablation_stack3.json
 
-Each variant's runs go to ``ROOT/<variant>_s<steps>/``; they are reused when their ``summary.json`` exists, so an interrupted sweep resumes. Output: JSON
-rows and a Markdown table (``--out`` with ``.md``).
+Each variant's runs go to ``ROOT/<variant>_s<steps>/``; they are reused when their ``summary.json``
+exists, so an interrupted sweep resumes. Output: JSON rows and a Markdown table (``--out`` with ``.md``).
 """
 
 from __future__ import annotations
@@ -27,23 +27,49 @@ from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path
 #: the variant whose training it reuses or None). Eval-only variants cost no training.
 VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
     "baseline": ("the default diffusion policy", [], [], None),
-    "scale_floor_0.5": ("per obs key, no dim scaled below half the key's widest (policy.obs_scale_floor)",
-                        ["policy.obs_scale_floor=0.5"], [], None),
-    "act4": ("execute 4 actions per chunk instead of 8 (eval n_action_steps)", [], ["n_action_steps=4"], "baseline"),
+    "scale_floor_0.5": (
+        "per obs key, no dim scaled below half the key's widest (policy.obs_scale_floor)",
+        ["policy.obs_scale_floor=0.5"],
+        [],
+        None,
+    ),
+    "act4": (
+        "execute 4 actions per chunk instead of 8 (eval n_action_steps)",
+        [],
+        ["n_action_steps=4"],
+        "baseline",
+    ),
     "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy steps weigh 0 as in the loop)
-    "fs_round": ("the base recipe from scratch on the demos plus a round's interventions (--round-store)",
-                 ["data.extra_paths=[ROUND_STORE]", "+data.source_weights={policy: 0.0, pre_intervention: 0.0}",
-                  "data.weight_mode=sample"], [], None),
-}  # fmt: skip
+    "fs_round": (
+        "the base recipe from scratch on the demos plus a round's interventions (--round-store)",
+        [
+            "data.extra_paths=[ROUND_STORE]",
+            "+data.source_weights={policy: 0.0, pre_intervention: 0.0}",
+            "data.weight_mode=sample",
+        ],
+        [],
+        None,
+    ),
+}
 
 
 def collect(a: argparse.Namespace) -> Path:
     """The shared demo store."""
     root = Path(a.root)
-    run_once([rewind_bin("rewind-collect"), f"env={a.task}", f"episodes={a.demos}", "seed=0",
-              f"out={root / 'store'}", f"out_dir={root / 'collect'}", "progress=false"], root / "collect")  # fmt: skip
+    run_once(
+        [
+            rewind_bin("rewind-collect"),
+            f"env={a.task}",
+            f"episodes={a.demos}",
+            "seed=0",
+            f"out={root / 'store'}",
+            f"out_dir={root / 'collect'}",
+            "progress=false",
+        ],
+        root / "collect",
+    )
     return root / "store"
 
 
@@ -57,19 +83,49 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
         if not a.round_store:
             raise SystemExit(f"variant {name} needs --round-store (a loop round's collect/store)")
         train_overrides = [o.replace("ROUND_STORE", a.round_store) for o in train_overrides]
-    train = run_once([rewind_bin("rewind-train"), f"env={a.task}", "policy=diffusion", f"data.path={store}",
-                      f"train.steps={a.steps}", f"train.save_every={a.steps}", f"train.val_every={a.steps // 5}",
-                      "num_threads=2", "wandb.mode=offline", *train_overrides, f"out_dir={trained / 'train'}"],
-                     trained / "train")  # fmt: skip
+    train = run_once(
+        [
+            rewind_bin("rewind-train"),
+            f"env={a.task}",
+            "policy=diffusion",
+            f"data.path={store}",
+            f"train.steps={a.steps}",
+            f"train.save_every={a.steps}",
+            f"train.val_every={a.steps // 5}",
+            "num_threads=2",
+            "wandb.mode=offline",
+            *train_overrides,
+            f"out_dir={trained / 'train'}",
+        ],
+        trained / "train",
+    )
     eval_dir = out / ("eval" if a.eval_seed == 10000 else f"eval_s{a.eval_seed}")
-    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={trained / 'train'}", f"env={a.task}",
-                   f"episodes={a.episodes}", f"seed={a.eval_seed}", "num_threads=1", *eval_overrides,
-                   f"out_dir={eval_dir}"], eval_dir)  # fmt: skip
+    ev = run_once(
+        [
+            rewind_bin("rewind-eval"),
+            f"policy_path={trained / 'train'}",
+            f"env={a.task}",
+            f"episodes={a.episodes}",
+            f"seed={a.eval_seed}",
+            "num_threads=1",
+            *eval_overrides,
+            f"out_dir={eval_dir}",
+        ],
+        eval_dir,
+    )
     assert train is not None and ev is not None
     run = json.loads((trained / "train" / "run.json").read_text())
-    return {"variant": name, "changes": what, "overrides": train_overrides + eval_overrides, "eval_seed": a.eval_seed,
-            "success": ev["success_rate"], "ci95": ev["success_ci95"], "episodes": ev["episodes"],
-            "train_wall_time_s": run.get("duration_s"), "stages": ev.get("max_stage_histogram")}  # fmt: skip
+    return {
+        "variant": name,
+        "changes": what,
+        "overrides": train_overrides + eval_overrides,
+        "eval_seed": a.eval_seed,
+        "success": ev["success_rate"],
+        "ci95": ev["success_ci95"],
+        "episodes": ev["episodes"],
+        "train_wall_time_s": run.get("duration_s"),
+        "stages": ev.get("max_stage_histogram"),
+    }
 
 
 def main() -> None:
@@ -82,7 +138,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--eval-seed", type=int, default=10000, help="10000: tuning seeds; 70000: report seeds")
     ap.add_argument("--variants", nargs="*", default=[v for v in VARIANTS if v != "fs_round"])
-    ap.add_argument("--round-store", default=None, help="fs_round: the loop round store whose interventions are added")
+    ap.add_argument(
+        "--round-store", default=None, help="fs_round: the loop round store whose interventions are added"
+    )
     ap.add_argument("--out", default="bench/results/base_ablation_stack3.json")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -91,12 +149,17 @@ def main() -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"task": a.task, "demos": a.demos, "steps": a.steps, "rows": rows}, indent=2))
-    lines = [f"| variant | what changes | success ({a.episodes} episodes, seeds {a.eval_seed}..) | 95% Wilson "
-             "| train wall time |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| variant | what changes | success ({a.episodes} episodes, seeds {a.eval_seed}..) | 95% Wilson "
+        "| train wall time |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         wall = f"{r['train_wall_time_s'] / 60:.1f} min" if r["train_wall_time_s"] else "?"
         lo, hi = r["ci95"]
-        lines.append(f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{lo:.2f}, {hi:.2f}] | {wall} |")
+        lines.append(
+            f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{lo:.2f}, {hi:.2f}] | {wall} |"
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

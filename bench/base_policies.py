@@ -48,28 +48,67 @@ def run_pair(root: Path, task: str, demos: int, steps: int, episodes: int, threa
     """Collect, train and evaluate one (task, demos) pair; return its result row."""
     base = root / f"{task}_d{demos}_s{steps}"
     store = base / "store"
-    col = _run([_bin("rewind-collect"), f"env={task}", f"episodes={demos}", "seed=0", f"out={store}",
-                f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
-    tr = _run([_bin("rewind-train"), f"env={task}", "policy=diffusion", f"data.path={store}",
-               f"train.steps={steps}", f"train.save_every={steps}", f"train.val_every={max(steps // 5, 1)}",
-               f"num_threads={threads}", "wandb.mode=offline", f"out_dir={base / 'train'}"],
-              base / "train")  # fmt: skip
-    ev = _run([_bin("rewind-eval"), f"policy_path={base / 'train'}", f"env={task}", f"episodes={episodes}",
-               "seed=10000", "num_threads=1", f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip
+    col = _run(
+        [
+            _bin("rewind-collect"),
+            f"env={task}",
+            f"episodes={demos}",
+            "seed=0",
+            f"out={store}",
+            f"out_dir={base / 'collect'}",
+            "progress=false",
+        ],
+        base / "collect",
+    )
+    tr = _run(
+        [
+            _bin("rewind-train"),
+            f"env={task}",
+            "policy=diffusion",
+            f"data.path={store}",
+            f"train.steps={steps}",
+            f"train.save_every={steps}",
+            f"train.val_every={max(steps // 5, 1)}",
+            f"num_threads={threads}",
+            "wandb.mode=offline",
+            f"out_dir={base / 'train'}",
+        ],
+        base / "train",
+    )
+    ev = _run(
+        [
+            _bin("rewind-eval"),
+            f"policy_path={base / 'train'}",
+            f"env={task}",
+            f"episodes={episodes}",
+            "seed=10000",
+            "num_threads=1",
+            f"out_dir={base / 'eval'}",
+        ],
+        base / "eval",
+    )
     return {
-        "task": task, "demos_requested": demos, "demos_stored": col["succeeded"],
-        "demo_steps": col["store_info"]["steps"], "train_steps": steps,
-        "train_wall_time_s": tr["duration_s"], "train_summary": tr,
-        "success_rate": ev["success_rate"], "success_ci95": ev.get("success_ci95"),
-        "episodes": ev["episodes"], "stage_histogram": ev.get("stage_histogram"),
+        "task": task,
+        "demos_requested": demos,
+        "demos_stored": col["succeeded"],
+        "demo_steps": col["store_info"]["steps"],
+        "train_steps": steps,
+        "train_wall_time_s": tr["duration_s"],
+        "train_summary": tr,
+        "success_rate": ev["success_rate"],
+        "success_ci95": ev.get("success_ci95"),
+        "episodes": ev["episodes"],
+        "stage_histogram": ev.get("stage_histogram"),
         "eval_wall_time_s": ev["duration_s"],
-    }  # fmt: skip
+    }
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The results as a Markdown table."""
-    out = ["| task | demos (steps) | train steps | train wall time | success (50 eps) | 95% Wilson CI |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "| task | demos (steps) | train steps | train wall time | success (50 eps) | 95% Wilson CI |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lo, hi = r["success_ci95"] or (float("nan"), float("nan"))
         wall = r["train_wall_time_s"]

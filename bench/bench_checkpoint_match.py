@@ -49,9 +49,14 @@ def main() -> None:
     with ReplayStore.open(Path(args.run) / "store") as st:
         demos = [st.load(i.id) for i in st.episodes(success=True)[:50]]
     lib = build_library(lp.policy, demos, env.unwrapped, StageLabeler(), lp.weights_hash)
-    rules = {"template": [lib.templates[k : k + 1] for k in range(len(lib.names))],
-             "nearest": [lib.examples[lib.owner == k] for k in range(len(lib.names))]}  # fmt: skip
-    ep, fe = MonitoredEpisode(env, lp.policy, generator=torch.Generator().manual_seed(0)), FeatureExtractor(lp.policy)
+    rules = {
+        "template": [lib.templates[k : k + 1] for k in range(len(lib.names))],
+        "nearest": [lib.examples[lib.owner == k] for k in range(len(lib.names))],
+    }
+    ep, fe = (
+        MonitoredEpisode(env, lp.policy, generator=torch.Generator().manual_seed(0)),
+        FeatureExtractor(lp.policy),
+    )
     rows: dict[str, list[tuple[int, int, float, float]]] = {r: [] for r in rules}
     for seed in range(10000, 10000 + args.episodes):
         ep.reset(seed)
@@ -69,14 +74,21 @@ def main() -> None:
                 continue
             for rule, mats in rules.items():
                 sims = np.array([_cos(f, mats[k]) for f in feats])
-                rows[rule].append((int(done[0]), int(sims.argmax()), float(sims.max()), float(np.median(sims))))
+                rows[rule].append(
+                    (int(done[0]), int(sims.argmax()), float(sims.max()), float(np.median(sims)))
+                )
     out = {"task": args.task, "run": args.run, "episodes": args.episodes, "checkpoints": lib.names}
     for rule, v in rows.items():
         a = np.array(v)
         err = np.abs(a[:, 0] - a[:, 1])
-        out[rule] = {"n": len(a), "median_peak_error_steps": float(np.median(err)), "frac_within_5_steps": float(np.mean(err <= 5)),
-                     "median_peak_similarity": float(np.median(a[:, 2])), "median_similarity": float(np.median(a[:, 3])),
-                     "frac_peak_above_0.7": float(np.mean(a[:, 2] >= 0.7))}  # fmt: skip
+        out[rule] = {
+            "n": len(a),
+            "median_peak_error_steps": float(np.median(err)),
+            "frac_within_5_steps": float(np.mean(err <= 5)),
+            "median_peak_similarity": float(np.median(a[:, 2])),
+            "median_similarity": float(np.median(a[:, 3])),
+            "frac_peak_above_0.7": float(np.mean(a[:, 2] >= 0.7)),
+        }
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 

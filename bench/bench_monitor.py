@@ -30,7 +30,13 @@ import torch  # noqa: E402
 
 import rewind  # noqa: F401, E402  (before mujoco: see rewind/__init__.py)
 from rewind.envs.registry import make_env  # noqa: E402
-from rewind.monitor import CheckpointTracker, Monitor, MonitoredEpisode, RewindConfig, build_library  # noqa: E402
+from rewind.monitor import (  # noqa: E402
+    CheckpointTracker,
+    Monitor,
+    MonitoredEpisode,
+    RewindConfig,
+    build_library,
+)
 from rewind.monitor.checkpoints import make_labeler  # noqa: E402
 from rewind.monitor.scores import StacScore, TideScore  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
@@ -49,7 +55,10 @@ def _per_step_ms(ep: MonitoredEpisode, seeds: range) -> tuple[float, int]:
 
 
 def _inference_ms(policy, obs: dict, samples: int, reps: int) -> float:
-    window = {k: torch.as_tensor(np.stack([obs[k]] * policy.n_obs_steps))[None].float() for k in policy.used_obs_keys}
+    window = {
+        k: torch.as_tensor(np.stack([obs[k]] * policy.n_obs_steps))[None].float()
+        for k in policy.used_obs_keys
+    }
     gen = torch.Generator().manual_seed(0)
     policy.predict_chunk(window, samples, gen)
     t0 = time.perf_counter()
@@ -61,7 +70,9 @@ def _inference_ms(policy, obs: dict, samples: int, reps: int) -> float:
 def main() -> None:
     """Measure and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", default="runs/base_policies/pick_place_d100_s2500", help="folder with store/ and train/")
+    ap.add_argument(
+        "--run", default="runs/base_policies/pick_place_d100_s2500", help="folder with store/ and train/"
+    )
     ap.add_argument("--task", default="pick_place")
     ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--out", default="bench/results/monitor.json")
@@ -84,7 +95,9 @@ def main() -> None:
         "stac32_update_ms": (Monitor(StacScore(32, [0, 1, 2, 3]), None), None),
     }
     for name, (monitor, tracker) in cases.items():
-        ep = MonitoredEpisode(env, loaded.policy, monitor, tracker, RewindConfig(max_rewinds=0), generator=gen)
+        ep = MonitoredEpisode(
+            env, loaded.policy, monitor, tracker, RewindConfig(max_rewinds=0), generator=gen
+        )
         res[name], res[f"{name}_steps"] = _per_step_ms(ep, seeds)
         log.info("%s: %.4f ms per control step", name, res[name])
     obs, _ = env.reset(seed=0)
@@ -93,7 +106,11 @@ def main() -> None:
     res.update(inference_ms_1_sample=one, inference_ms_32_samples=many, n_action_steps=ta)
     res["stac32_ms"] = (many - one) / ta + res["stac32_update_ms"]
     res["stac32_over_tide_plus_tracking"] = res["stac32_ms"] / res["tide_plus_tracking_ms"]
-    log.info("STAC-32 %.3f ms/step = %.0fx TIDE + tracking", res["stac32_ms"], res["stac32_over_tide_plus_tracking"])
+    log.info(
+        "STAC-32 %.3f ms/step = %.0fx TIDE + tracking",
+        res["stac32_ms"],
+        res["stac32_over_tide_plus_tracking"],
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2))
     env.close()

@@ -94,8 +94,10 @@ def _batch(policy: Any, n: int, seed: int = 0) -> dict[str, Any]:
         "action_mask": torch.ones(n, policy.horizon, dtype=torch.bool),
         "weight": torch.ones(n),
     }
-    return {k: ({kk: vv.to(DEVICE) for kk, vv in v.items()} if isinstance(v, dict) else v.to(DEVICE))
-            for k, v in batch.items()}  # fmt: skip
+    return {
+        k: ({kk: vv.to(DEVICE) for kk, vv in v.items()} if isinstance(v, dict) else v.to(DEVICE))
+        for k, v in batch.items()
+    }
 
 
 def _sync() -> None:

@@ -104,8 +104,19 @@ def start_server(
     out: Path, store: Path, policy_path: str | None, extra: list[str]
 ) -> tuple[subprocess.Popen, str, int]:
     """``rewind-teleop`` on a free port (pure teleop, or the policy without a monitor)."""
-    args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"store={store}", "port=0", f"out_dir={out}",
-            "view.image_size=256", "control_hz=20", "num_threads=1", "env.max_steps=100000"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "rewind.scripts.teleop",
+        "env=lift",
+        f"store={store}",
+        "port=0",
+        f"out_dir={out}",
+        "view.image_size=256",
+        "control_hz=20",
+        "num_threads=1",
+        "env.max_steps=100000",
+    ]
     args += [f"policy_path={policy_path}"] if policy_path else []
     args += extra
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa")}
@@ -168,8 +179,12 @@ def measure_policy(host: str, port: int, seconds: float) -> dict[str, Any]:
         last_step = step
     rates = [frame_rate(r) for r in runs if len(r) > 1]
     frames, span = sum(r["frames"] - 1 for r in rates), sum(r["seconds"] for r in rates)
-    return {"fps": round(frames / span, 2) if span else 0.0, "frames": frames + len(rates),
-            "seconds": round(span, 3), "episodes": len(rates)}  # fmt: skip
+    return {
+        "fps": round(frames / span, 2) if span else 0.0,
+        "frames": frames + len(rates),
+        "seconds": round(span, 3),
+        "episodes": len(rates),
+    }
 
 
 def frame_rate(times: list[float]) -> dict[str, Any]:
@@ -186,9 +201,14 @@ def summarize(ms: list[float], tried: int) -> dict[str, Any]:
     """Mean, median, p95 and max of the latencies (ms)."""
     if not ms:
         return {"n": 0, "tried": tried}
-    return {"n": len(ms), "tried": tried, "mean": round(statistics.fmean(ms), 2),
-            "p50": round(float(np.percentile(ms, 50)), 2), "p95": round(float(np.percentile(ms, 95)), 2),
-            "max": round(max(ms), 2)}  # fmt: skip
+    return {
+        "n": len(ms),
+        "tried": tried,
+        "mean": round(statistics.fmean(ms), 2),
+        "p50": round(float(np.percentile(ms, 50)), 2),
+        "p95": round(float(np.percentile(ms, 95)), 2),
+        "max": round(max(ms), 2),
+    }
 
 
 def one_repeat(args: argparse.Namespace, tmp: Path, rep: int) -> dict[str, Any]:
@@ -214,9 +234,14 @@ def one_repeat(args: argparse.Namespace, tmp: Path, rep: int) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """``--repeats`` repeats and their medians (the machine's load varies from one to the next)."""
-    result: dict[str, Any] = {"command": " ".join(["bench/bench_teleop.py", *sys.argv[1:]]), "image_size": 256,
-                              "control_hz": 20, "policy_path": args.policy_path, "overrides": args.set,
-                              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}  # fmt: skip
+    result: dict[str, Any] = {
+        "command": " ".join(["bench/bench_teleop.py", *sys.argv[1:]]),
+        "image_size": 256,
+        "control_hz": 20,
+        "policy_path": args.policy_path,
+        "overrides": args.set,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         runs = [one_repeat(args, Path(tmp), rep) for rep in range(args.repeats)]
     med = lambda xs: round(float(np.median(xs)), 2)  # noqa: E731

@@ -5,7 +5,8 @@ demos plus one round's store, 600 steps, batch 64) with one setting changed, the
 the loop's 100 evaluation seeds. The default round store is round 1 of the HG-DAgger loop of
 ``bench/loop_experiment.py``; the base is its 100-demo Stack3 policy.
 
-    MUJOCO_GL=osmesa .venv/bin/python bench/finetune_ablation.py --out bench/results/finetune_ablation_stack3.json
+    MUJOCO_GL=osmesa .venv/bin/python bench/finetune_ablation.py \
+        --out bench/results/finetune_ablation_stack3.json
 
 The issue-12 variants (size-matched repetition controls, the passes cap, the stage split, pinned
 channels) on the 10,000-step base of ``bench/base_ablation.py`` and a fresh HG-DAgger round: the second
@@ -31,36 +32,75 @@ ROOT = "runs/loop_experiment/stack3"
 VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "as_loop": ("the loop's recipe: 20% demos, 80% intervention segments (correction only)", [], None),
     "control": ("demos only (the loop's control arm)", ["data.extra_paths=[]"], None),
-    "new_demos": ("20% demos, 80% the 200-demo store (100 more demos) instead of the round",
-                  [], f"{ROOT}/demos_200/store"),
+    "new_demos": (
+        "20% demos, 80% the 200-demo store (100 more demos) instead of the round",
+        [],
+        f"{ROOT}/demos_200/store",
+    ),
     "demo_share_50": ("50% demos", ["data.mix=[0.5,0.5]"], None),
     "demo_share_80": ("80% demos", ["data.mix=[0.8,0.2]"], None),
     "demo_share_95": ("95% demos", ["data.mix=[0.95,0.05]"], None),
     "lr_1e-4": ("learning rate 1e-4 instead of 3e-4", ["train.lr=1e-4"], None),
-    "all_labels": ("every label weight 1 (the policy's own steps too)",
-                   ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"], None),
-    "mask_zero_weight": ("only the operator's actions supervised (data.mask_zero_weight)",
-                         ["data.mask_zero_weight=true"], None),
+    "all_labels": (
+        "every label weight 1 (the policy's own steps too)",
+        ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"],
+        None,
+    ),
+    "mask_zero_weight": (
+        "only the operator's actions supervised (data.mask_zero_weight)",
+        ["data.mask_zero_weight=true"],
+        None,
+    ),
     "obs_clip_5": ("observations clipped at 5 (policy.obs_clip)", ["policy.obs_clip=5.0"], None),
     "obs_clip_1.5": ("observations clipped at 1.5", ["policy.obs_clip=1.5"], None),
-    "own_successes": ("80% the base policy's own successful rollouts (plain rewind-eval, seeds 50000..) instead",
-                      ["+data.source_weights={policy: 1.0}"], "OWN"),
+    "own_successes": (
+        "80% the base policy's own successful rollouts (plain rewind-eval, seeds 50000..) instead",
+        ["+data.source_weights={policy: 1.0}"],
+        "OWN",
+    ),
     # issue 12: repetition controls, the passes cap, the stage split
-    "demos_matched": ("80% new demos (seeds 1000..) cut to the round's correction steps: its repetition",
-                      ["+data.source_weights={policy: 1.0}"], "MATCHED_DEMOS"),
-    "own_matched": ("80% own successful rollouts cut to the round's correction steps",
-                    ["+data.source_weights={policy: 1.0}"], "MATCHED_OWN"),
-    "max_passes_4": ("the round's share capped at 4 expected passes over its steps (finetune.max_passes=4)",
-                     ["data.mix=MAX_PASSES_4"], None),
-    "late_stages": ("only the corrections made after green was grasped (the first stage's become weight 0)",
-                    [], "LATE"),
-    "as_loop_respect": ("as_loop with data.label_boundaries=respect", ["data.label_boundaries=respect"], None),
-    "max_passes_4_respect": ("max_passes_4 with data.label_boundaries=respect",
-                             ["data.mix=MAX_PASSES_4", "data.label_boundaries=respect"], None),
-    "late_stages_respect": ("late_stages with data.label_boundaries=respect", ["data.label_boundaries=respect"], "LATE"),
-    "as_loop_pinned": ("as_loop's weights, evaluated with the near-constant observation channels pinned to the "
-                       "demo centre (no training)", [], "PINNED"),
-}  # fmt: skip
+    "demos_matched": (
+        "80% new demos (seeds 1000..) cut to the round's correction steps: its repetition",
+        ["+data.source_weights={policy: 1.0}"],
+        "MATCHED_DEMOS",
+    ),
+    "own_matched": (
+        "80% own successful rollouts cut to the round's correction steps",
+        ["+data.source_weights={policy: 1.0}"],
+        "MATCHED_OWN",
+    ),
+    "max_passes_4": (
+        "the round's share capped at 4 expected passes over its steps (finetune.max_passes=4)",
+        ["data.mix=MAX_PASSES_4"],
+        None,
+    ),
+    "late_stages": (
+        "only the corrections made after green was grasped (the first stage's become weight 0)",
+        [],
+        "LATE",
+    ),
+    "as_loop_respect": (
+        "as_loop with data.label_boundaries=respect",
+        ["data.label_boundaries=respect"],
+        None,
+    ),
+    "max_passes_4_respect": (
+        "max_passes_4 with data.label_boundaries=respect",
+        ["data.mix=MAX_PASSES_4", "data.label_boundaries=respect"],
+        None,
+    ),
+    "late_stages_respect": (
+        "late_stages with data.label_boundaries=respect",
+        ["data.label_boundaries=respect"],
+        "LATE",
+    ),
+    "as_loop_pinned": (
+        "as_loop's weights, evaluated with the near-constant observation channels pinned to the "
+        "demo centre (no training)",
+        [],
+        "PINNED",
+    ),
+}
 
 
 def _weights_with_clip(base: Path, clip: float, folder: Path) -> Path:
@@ -80,10 +120,22 @@ def own_successes(a: argparse.Namespace) -> str:
     from rewind.store import ReplayStore
 
     root = Path(a.root)
-    run_once([rewind_bin("rewind-eval"), f"policy_path={Path(a.base_weights).parent.parent}", "env=stack3",
-              "episodes=100", "seed=50000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
-              f"store_out={root / 'own_rollouts'}", f"out_dir={root / 'own_rollouts_eval'}"],
-             root / "own_rollouts_eval")  # fmt: skip
+    run_once(
+        [
+            rewind_bin("rewind-eval"),
+            f"policy_path={Path(a.base_weights).parent.parent}",
+            "env=stack3",
+            "episodes=100",
+            "seed=50000",
+            "num_threads=2",
+            "device=cpu",
+            "progress=false",
+            "wandb.mode=disabled",
+            f"store_out={root / 'own_rollouts'}",
+            f"out_dir={root / 'own_rollouts_eval'}",
+        ],
+        root / "own_rollouts_eval",
+    )
     out = root / "own_successes"
     if not out.exists():
         tmp = root / "own_successes.tmp"
@@ -91,8 +143,9 @@ def own_successes(a: argparse.Namespace) -> str:
         with ReplayStore.open(root / "own_rollouts") as src, ReplayStore.create(tmp, src.spec) as dst:
             for info in src.episodes(success=True):
                 ep = src.load(info.id)
-                dst.add_episode(ep.obs, ep.actions, ep.states, ep.source_names,
-                                meta={"seed": info.seed, "success": True})  # fmt: skip
+                dst.add_episode(
+                    ep.obs, ep.actions, ep.states, ep.source_names, meta={"seed": info.seed, "success": True}
+                )
         tmp.rename(out)
     return str(out)
 
@@ -122,8 +175,13 @@ def _copy_store(src_path: Path | str, out: Path, pick: Any) -> str:
                 if isinstance(sources, str):
                     break
                 if sources is not None:
-                    dst.add_episode(ep.obs, ep.actions, ep.states, sources,
-                                    meta={"seed": info.seed, "success": info.success})  # fmt: skip
+                    dst.add_episode(
+                        ep.obs,
+                        ep.actions,
+                        ep.states,
+                        sources,
+                        meta={"seed": info.seed, "success": info.success},
+                    )
         tmp.rename(out)
     return str(out)
 
@@ -166,8 +224,18 @@ def variant_store(store: str | None, a: argparse.Namespace) -> str | None:
     if store == "MATCHED_OWN":
         return matched(own_successes(a), root / "own_matched_store", round_steps(a))
     if store == "MATCHED_DEMOS":
-        run_once([rewind_bin("rewind-collect"), "env=stack3", "episodes=40", "seed=1000", f"out={root / 'new_demos'}",
-                  f"out_dir={root / 'new_demos_collect'}", "progress=false"], root / "new_demos_collect")  # fmt: skip
+        run_once(
+            [
+                rewind_bin("rewind-collect"),
+                "env=stack3",
+                "episodes=40",
+                "seed=1000",
+                f"out={root / 'new_demos'}",
+                f"out_dir={root / 'new_demos_collect'}",
+                "progress=false",
+            ],
+            root / "new_demos_collect",
+        )
         return matched(str(root / "new_demos"), root / "demos_matched_store", round_steps(a))
     if store == "LATE":
         return late_stages(a)
@@ -208,12 +276,28 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if store == "PINNED":
         return pinned_variant(name, a)
     store = variant_store(store, a)
-    ov = {"env": "stack3", "data.path": a.demos, "data.extra_paths": f"[{store or a.round_store}]",
-          "data.mix": "[0.2,0.8]", "data.val_fraction": "0", "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
-          "data.weight_mode": "sample", "init.from_weights": str(weights), "seed": "1", "train.steps": "600",
-          "train.batch_size": "64", "train.lr": "3e-4", "train.warmup_steps": "50", "train.save_every": "600",
-          "train.val_every": "0", "num_threads": "2", "device": "cpu", "wandb.mode": "disabled", "progress": "false",
-          "out_dir": str(out / "train")}  # fmt: skip
+    ov = {
+        "env": "stack3",
+        "data.path": a.demos,
+        "data.extra_paths": f"[{store or a.round_store}]",
+        "data.mix": "[0.2,0.8]",
+        "data.val_fraction": "0",
+        "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
+        "data.weight_mode": "sample",
+        "init.from_weights": str(weights),
+        "seed": "1",
+        "train.steps": "600",
+        "train.batch_size": "64",
+        "train.lr": "3e-4",
+        "train.warmup_steps": "50",
+        "train.save_every": "600",
+        "train.val_every": "0",
+        "num_threads": "2",
+        "device": "cpu",
+        "wandb.mode": "disabled",
+        "progress": "false",
+        "out_dir": str(out / "train"),
+    }
     for item in extra:
         key, _, value = item.partition("=")
         ov[key] = value
@@ -226,24 +310,58 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         del ov["data.mix"]
     cmd = [rewind_bin("rewind-train"), *(f"{k}={v}" for k, v in ov.items())]
     run_once(cmd, out / "train")
-    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={out / 'train'}", "env=stack3", "episodes=100",
-                   "seed=10000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
-                   f"out_dir={out / 'eval'}"], out / "eval")  # fmt: skip
+    ev = run_once(
+        [
+            rewind_bin("rewind-eval"),
+            f"policy_path={out / 'train'}",
+            "env=stack3",
+            "episodes=100",
+            "seed=10000",
+            "num_threads=2",
+            "device=cpu",
+            "progress=false",
+            "wandb.mode=disabled",
+            f"out_dir={out / 'eval'}",
+        ],
+        out / "eval",
+    )
     assert ev is not None
-    return {"variant": name, "changes": what, "success": ev["success_rate"], "ci95": ev["success_ci95"],
-            "stages": ev.get("max_stage_histogram")}  # fmt: skip
+    return {
+        "variant": name,
+        "changes": what,
+        "success": ev["success_rate"],
+        "ci95": ev["success_ci95"],
+        "stages": ev.get("max_stage_histogram"),
+    }
 
 
 def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     """Evaluate :func:`pinned_weights` like every variant."""
     weights, pinned = pinned_weights(a)
     out = Path(a.root) / name
-    ev = run_once([rewind_bin("rewind-eval"), f"policy_path={weights}", "env=stack3", "episodes=100",
-                   "seed=10000", "num_threads=2", "device=cpu", "progress=false", "wandb.mode=disabled",
-                   f"out_dir={out / 'eval'}"], out / "eval")  # fmt: skip
+    ev = run_once(
+        [
+            rewind_bin("rewind-eval"),
+            f"policy_path={weights}",
+            "env=stack3",
+            "episodes=100",
+            "seed=10000",
+            "num_threads=2",
+            "device=cpu",
+            "progress=false",
+            "wandb.mode=disabled",
+            f"out_dir={out / 'eval'}",
+        ],
+        out / "eval",
+    )
     assert ev is not None
-    return {"variant": name, "changes": VARIANTS[name][0] + f" ({', '.join(pinned)})", "success": ev["success_rate"],
-            "ci95": ev["success_ci95"], "stages": ev.get("max_stage_histogram")}  # fmt: skip
+    return {
+        "variant": name,
+        "changes": VARIANTS[name][0] + f" ({', '.join(pinned)})",
+        "success": ev["success_rate"],
+        "ci95": ev["success_ci95"],
+        "stages": ev.get("max_stage_histogram"),
+    }
 
 
 def main() -> None:
@@ -264,8 +382,10 @@ def main() -> None:
         json.dumps({"round_store": a.round_store, "base_weights": a.base_weights, "rows": rows}, indent=2)
     )
     lines = ["| variant | what changes | success (100 episodes) | 95% Wilson |", "|---|---|---|---|"]
-    lines += [f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
-              for r in rows]  # fmt: skip
+    lines += [
+        f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
+        for r in rows
+    ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

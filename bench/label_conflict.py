@@ -10,7 +10,8 @@ disagreement exceeds the demos' ``--quantile`` (0.95: 5% of demo steps count as 
 construction). The stage of each step comes from the env's predicates on its stored physics state.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/label_conflict.py --task stack3 \
-        --weights runs/loop_experiment/stack3/demos_100/train --demos runs/loop_experiment/stack3/demos_100/store \
+        --weights runs/loop_experiment/stack3/demos_100/train \
+        --demos runs/loop_experiment/stack3/demos_100/store \
         --round-store runs/loop_experiment/stack3/dagger_s0/round_01/collect/store \
         --out bench/results/label_conflict_stack3.json
 """
@@ -34,7 +35,9 @@ log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")
 
 
-def step_table(store_path: str, policy: Any, env: Any, labels: tuple[str, ...] | None) -> dict[str, np.ndarray]:
+def step_table(
+    store_path: str, policy: Any, env: Any, labels: tuple[str, ...] | None
+) -> dict[str, np.ndarray]:
     """Per step of the store (only ``labels`` when given): features ``[N, F]``, normalized actions
     ``[N, Da]``, episode ids and stages."""
     feats, acts, eps, stages = [], [], [], []
@@ -55,8 +58,12 @@ def step_table(store_path: str, policy: Any, env: Any, labels: tuple[str, ...] |
                 env.set_physics_state(ep.states[t])
                 stages.append(env.stage())
             eps.append(np.full(len(keep), info.id))
-    return {"feats": np.concatenate(feats), "acts": np.concatenate(acts), "episode": np.concatenate(eps),
-            "stage": np.asarray(stages)}  # fmt: skip
+    return {
+        "feats": np.concatenate(feats),
+        "acts": np.concatenate(acts),
+        "episode": np.concatenate(eps),
+        "stage": np.asarray(stages),
+    }
 
 
 def disagreement(query: dict[str, np.ndarray], demos: dict[str, np.ndarray], k: int, loo: bool) -> np.ndarray:
@@ -97,16 +104,33 @@ def main() -> None:
     for s, name in enumerate([*base.stage_names, "done"]):
         sel = corr["stage"] == s
         if sel.any():
-            rows.append({"stage": name, "steps": int(sel.sum()), "conflicting": float((gap[sel] > tau).mean()),
-                         "median_disagreement": float(np.median(gap[sel]))})  # fmt: skip
-    result = {"args": vars(a), "threshold": tau, "all_steps": len(gap), "conflicting": float((gap > tau).mean()),
-              "rows": rows}  # fmt: skip
+            rows.append(
+                {
+                    "stage": name,
+                    "steps": int(sel.sum()),
+                    "conflicting": float((gap[sel] > tau).mean()),
+                    "median_disagreement": float(np.median(gap[sel])),
+                }
+            )
+    result = {
+        "args": vars(a),
+        "threshold": tau,
+        "all_steps": len(gap),
+        "conflicting": float((gap > tau).mean()),
+        "rows": rows,
+    }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    lines = [f"| stage | correction/recovery steps | conflicting (> demos' q{a.quantile:.2f} = {tau:.3f}) "
-             "| median disagreement |", "|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {r['stage']} | {r['steps']} | {r['conflicting']:.0%} | {r['median_disagreement']:.3f} |" for r in rows]
+    lines = [
+        f"| stage | correction/recovery steps | conflicting (> demos' q{a.quantile:.2f} = {tau:.3f}) "
+        "| median disagreement |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['stage']} | {r['steps']} | {r['conflicting']:.0%} | {r['median_disagreement']:.3f} |"
+        for r in rows
+    ]
     lines.append(f"| all | {len(gap)} | {result['conflicting']:.0%} | {float(np.median(gap)):.3f} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     log.info("\n%s", "\n".join(lines))

@@ -17,12 +17,13 @@ success with test-time rewind) and one plot per task next to it.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks pick_place --seeds 0 1 \
         --out bench/results/loop_experiment_pick_place.json
-    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks stack3 --methods operator dagger guided \
-        --adopt stack3:100=runs/base_policies/stack3_d100_s10000 --out bench/results/loop_experiment_stack3.json
+    MUJOCO_GL=osmesa .venv/bin/python bench/loop_experiment.py --tasks stack3 \
+        --methods operator dagger guided --adopt stack3:100=runs/base_policies/stack3_d100_s10000 \
+        --out bench/results/loop_experiment_stack3.json
 
 (the exact commands behind docs/loop.md). ``--operator-model human_like`` runs every loop with the
-human-like operator model (issue 13; folders ``METHOD_human_like_sK``). ``--parts demos`` / ``--parts loops`` run (a) or the loops
-alone, e.g. in two processes with one thread each.
+human-like operator model (issue 13; folders ``METHOD_human_like_sK``). ``--parts demos`` /
+``--parts loops`` run (a) or the loops alone, e.g. in two processes with one thread each.
 """
 
 from __future__ import annotations
@@ -55,13 +56,31 @@ METHODS = {
 #: recipes give a base that almost never succeeds (0-6% at 2,500 steps), which leaves no loop to run;
 #: so ``--adopt stack3:100=runs/base_policies/stack3_d100_s10000`` reuses that run instead of repeating it.
 TASKS: dict[str, dict[str, Any]] = {
-    "pick_place": {"demos": [20, 40, 80], "steps": 2000, "train": ["train.batch_size=64",
-                   "train.warmup_steps=200", "data.val_fraction=0", "train.val_every=0"],
-                   "per_round": 60, "cal_episodes": 30},
-    "stack3": {"demos": [100, 200], "steps": 10000, "train": ["train.batch_size=256",
-               "train.warmup_steps=500", "data.val_fraction=0.1", "train.val_every=2000"],
-               "per_round": 40, "cal_episodes": 100},
-}  # fmt: skip
+    "pick_place": {
+        "demos": [20, 40, 80],
+        "steps": 2000,
+        "train": [
+            "train.batch_size=64",
+            "train.warmup_steps=200",
+            "data.val_fraction=0",
+            "train.val_every=0",
+        ],
+        "per_round": 60,
+        "cal_episodes": 30,
+    },
+    "stack3": {
+        "demos": [100, 200],
+        "steps": 10000,
+        "train": [
+            "train.batch_size=256",
+            "train.warmup_steps=500",
+            "data.val_fraction=0.1",
+            "train.val_every=2000",
+        ],
+        "per_round": 40,
+        "cal_episodes": 100,
+    },
+}
 
 
 def _setting(a: argparse.Namespace, task: str, name: str) -> int:
@@ -81,22 +100,83 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
     """(a): N scripted demos -> train from scratch -> evaluate, and (e) with test-time rewind."""
     base = root / task / f"demos_{n}"
     store = base / "store"
-    col = _run([rewind_bin("rewind-collect"), f"env={task}", f"episodes={n}", "seed=0", f"out={store}",
-                f"out_dir={base / 'collect'}", "progress=false"], base / "collect")  # fmt: skip
-    _run([rewind_bin("rewind-train"), f"env={task}", f"data.path={store}", f"train.steps={steps}", *TASKS[task]["train"],
-          f"train.save_every={steps}", f"num_threads={a.threads}", "device=cpu", "wandb.mode=disabled",
-          "progress=false", f"out_dir={base / 'train'}"], base / "train")  # fmt: skip
+    col = _run(
+        [
+            rewind_bin("rewind-collect"),
+            f"env={task}",
+            f"episodes={n}",
+            "seed=0",
+            f"out={store}",
+            f"out_dir={base / 'collect'}",
+            "progress=false",
+        ],
+        base / "collect",
+    )
+    _run(
+        [
+            rewind_bin("rewind-train"),
+            f"env={task}",
+            f"data.path={store}",
+            f"train.steps={steps}",
+            *TASKS[task]["train"],
+            f"train.save_every={steps}",
+            f"num_threads={a.threads}",
+            "device=cpu",
+            "wandb.mode=disabled",
+            "progress=false",
+            f"out_dir={base / 'train'}",
+        ],
+        base / "train",
+    )
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
-    _run([rewind_bin("rewind-calibrate"), *common, f"data_path={store}", "monitor=tide", "monitor.alpha=0.2",
-          f"episodes={_setting(a, task, 'cal_episodes')}", f"out_dir={base / 'calibration'}"], base / "calibration")  # fmt: skip
-    ev = _run([rewind_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
-               f"out_dir={base / 'eval'}"], base / "eval")  # fmt: skip
-    evr = _run([rewind_bin("rewind-eval"), *common, f"episodes={a.episodes}", "seed=10000", "wandb.mode=disabled",
-                "monitor=tide", f"monitor.calibration={base / 'calibration'}", "rewind=restore",
-                f"out_dir={base / 'eval_rewind'}"], base / "eval_rewind")  # fmt: skip
-    return {"method": "demos", "seed": 0, "round": 0, "demos": col["succeeded"],
-            "operator_steps": col["store_info"]["n_operator_steps"], "success": ev["success_rate"],
-            "ci95": ev["success_ci95"], "episodes": ev["episodes"], "success_with_rewind": evr["success_rate"]}  # fmt: skip
+    _run(
+        [
+            rewind_bin("rewind-calibrate"),
+            *common,
+            f"data_path={store}",
+            "monitor=tide",
+            "monitor.alpha=0.2",
+            f"episodes={_setting(a, task, 'cal_episodes')}",
+            f"out_dir={base / 'calibration'}",
+        ],
+        base / "calibration",
+    )
+    ev = _run(
+        [
+            rewind_bin("rewind-eval"),
+            *common,
+            f"episodes={a.episodes}",
+            "seed=10000",
+            "wandb.mode=disabled",
+            f"out_dir={base / 'eval'}",
+        ],
+        base / "eval",
+    )
+    evr = _run(
+        [
+            rewind_bin("rewind-eval"),
+            *common,
+            f"episodes={a.episodes}",
+            "seed=10000",
+            "wandb.mode=disabled",
+            "monitor=tide",
+            f"monitor.calibration={base / 'calibration'}",
+            "rewind=restore",
+            f"out_dir={base / 'eval_rewind'}",
+        ],
+        base / "eval_rewind",
+    )
+    return {
+        "method": "demos",
+        "seed": 0,
+        "round": 0,
+        "demos": col["succeeded"],
+        "operator_steps": col["store_info"]["n_operator_steps"],
+        "success": ev["success_rate"],
+        "ci95": ev["success_ci95"],
+        "episodes": ev["episodes"],
+        "success_with_rewind": evr["success_rate"],
+    }
 
 
 def loop(
@@ -107,17 +187,44 @@ def loop(
     method's loop trains it (``control``)."""
     model = a.operator_model  # None: the config's default (perfect), folders as before
     out = root / task / (f"{method}_s{seed}" if model is None else f"{method}_{model}_s{seed}")
-    s = _run([rewind_bin("rewind-loop"), f"env={task}", f"base.policy_path={base}", f"recovery={method}",
-              *([f"recovery/operator_model={model}"] if model else []), f"control={str(control).lower()}",
-              f"rounds={a.rounds}", f"episodes_per_round={_setting(a, task, 'per_round')}", f"seed={seed}",
-              f"collect_seed={30000 + 1000 * seed}", f"eval.episodes={a.episodes}", "eval.rewind=true",
-              f"calibration.episodes={_setting(a, task, 'cal_episodes')}", *a.loop_args, "wandb.mode=offline", "progress=false",
-              f"out_dir={out}"], out)  # fmt: skip
-    return [{"method": method, "seed": seed, "round": r["round"], "operator_steps": r["operator_steps_total"],
-             "success": r["success_rate"], "ci95": [r["success_ci95_low"], r["success_ci95_high"]], "episodes": a.episodes,
-             "success_with_rewind": r["success_with_rewind"], "control_success": r.get("control_success"),
-             "operator_model": model or "perfect", "operator_time_s": _operator_time(out, r["round"])}
-            for r in s["rounds"]]  # fmt: skip
+    s = _run(
+        [
+            rewind_bin("rewind-loop"),
+            f"env={task}",
+            f"base.policy_path={base}",
+            f"recovery={method}",
+            *([f"recovery/operator_model={model}"] if model else []),
+            f"control={str(control).lower()}",
+            f"rounds={a.rounds}",
+            f"episodes_per_round={_setting(a, task, 'per_round')}",
+            f"seed={seed}",
+            f"collect_seed={30000 + 1000 * seed}",
+            f"eval.episodes={a.episodes}",
+            "eval.rewind=true",
+            f"calibration.episodes={_setting(a, task, 'cal_episodes')}",
+            *a.loop_args,
+            "wandb.mode=offline",
+            "progress=false",
+            f"out_dir={out}",
+        ],
+        out,
+    )
+    return [
+        {
+            "method": method,
+            "seed": seed,
+            "round": r["round"],
+            "operator_steps": r["operator_steps_total"],
+            "success": r["success_rate"],
+            "ci95": [r["success_ci95_low"], r["success_ci95_high"]],
+            "episodes": a.episodes,
+            "success_with_rewind": r["success_with_rewind"],
+            "control_success": r.get("control_success"),
+            "operator_model": model or "perfect",
+            "operator_time_s": _operator_time(out, r["round"]),
+        }
+        for r in s["rounds"]
+    ]
 
 
 def _operator_time(out: Path, last: int) -> float:
@@ -161,8 +268,12 @@ def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
         ]
         if rw:
             ax.plot(*zip(*rw, strict=True), ls=":", marker="x", color=line[0].get_color())
-    ax.set(xlabel="operator steps (demos + interventions)", ylabel="success (95% Wilson)", ylim=(0, 1.02),
-           title=f"{task}: success vs operator steps (x: + test-time rewind)")  # fmt: skip
+    ax.set(
+        xlabel="operator steps (demos + interventions)",
+        ylabel="success (95% Wilson)",
+        ylim=(0, 1.02),
+        title=f"{task}: success vs operator steps (x: + test-time rewind)",
+    )
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -179,9 +290,15 @@ def _seed_means(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n_eps = sum(p.get("episodes", 100) for p in grp)
         wins = sum(round(p["success"] * p.get("episodes", 100)) for p in grp)
         rw = [p["success_with_rewind"] for p in grp if p["success_with_rewind"] is not None]
-        rows.append({"operator_steps": float(np.mean([p["operator_steps"] for p in grp])), "success": wins / n_eps,
-                     "ci95": list(wilson_interval(wins, n_eps)), "n_seeds": len(grp),
-                     "success_with_rewind": float(np.mean(rw)) if rw else None})  # fmt: skip
+        rows.append(
+            {
+                "operator_steps": float(np.mean([p["operator_steps"] for p in grp])),
+                "success": wins / n_eps,
+                "ci95": list(wilson_interval(wins, n_eps)),
+                "n_seeds": len(grp),
+                "success_with_rewind": float(np.mean(rw)) if rw else None,
+            }
+        )
     return sorted(rows, key=lambda r: r["operator_steps"])
 
 
@@ -201,9 +318,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--loop-args", nargs="*", default=[], help="extra rewind-loop overrides")
     ap.add_argument(
-        "--operator-model", choices=["perfect", "human_like"], default=None,
-        help="recovery/operator_model=NAME for every loop (folders METHOD_NAME_sK); default: the config's (perfect)",
-    )  # fmt: skip
+        "--operator-model",
+        choices=["perfect", "human_like"],
+        default=None,
+        help="recovery/operator_model=NAME for every loop (folders METHOD_NAME_sK); "
+        "default: the config's (perfect)",
+    )
     ap.add_argument(
         "--parts", nargs="*", default=["demos", "loops"], help="run (a) 'demos', the 'loops', or both"
     )
@@ -270,8 +390,10 @@ def _with_control(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(points: list[dict[str, Any]]) -> str:
     """The points as a Markdown table (one row per method, seed and round; the base once per seed)."""
     names = {"demos": "(a) more demos", **METHODS}
-    rows = ["| method | seed | round | operator steps | success (95% Wilson) | + test-time rewind | control |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| method | seed | round | operator steps | success (95% Wilson) | + test-time rewind | control |",
+        "|---|---|---|---|---|---|---|",
+    ]
     seen = set()
     for p in sorted(
         points, key=lambda p: (list(names).index(p["method"]), p["seed"], p["round"], p["operator_steps"])
@@ -286,13 +408,16 @@ def table(points: list[dict[str, Any]]) -> str:
         lo, hi = p["ci95"]
         rw = "" if p.get("success_with_rewind") is None else f"{p['success_with_rewind']:.0%}"
         ctrl = "" if p.get("control_success") is None else f"{p['control_success']:.0%}"
-        rows.append(f"| {label} | {p['seed']} | {p['round']} | {p['operator_steps']:,} | "
-                    f"{p['success']:.0%} [{lo:.2f}, {hi:.2f}] | {rw} | {ctrl} |")  # fmt: skip
+        rows.append(
+            f"| {label} | {p['seed']} | {p['round']} | {p['operator_steps']:,} | "
+            f"{p['success']:.0%} [{lo:.2f}, {hi:.2f}] | {rw} | {ctrl} |"
+        )
     return "\n".join(rows) + "\n"
 
 
 def _task_file(out: Path, task: str, suffix: str) -> Path:
-    """``out`` with ``suffix`` when its name already ends with ``task``, else ``<out stem>_<task><suffix>``."""
+    """``out`` with ``suffix`` when its name already ends with ``task``, else
+    ``<out stem>_<task><suffix>``."""
     return out.with_suffix(suffix) if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}{suffix}")
 
 

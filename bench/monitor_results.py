@@ -46,19 +46,53 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
     """All commands of one task; returns its rows."""
     base = root / task
     common = [f"policy_path={run / 'train'}", f"env={task}", "progress=false", *args.overrides]
-    cal = _run([_bin("rewind-calibrate"), *common, f"data_path={run / 'store'}", "monitor=tide",
-                f"episodes={args.cal_episodes}", f"out_dir={base / 'cal'}"], base / "cal")  # fmt: skip
+    cal = _run(
+        [
+            _bin("rewind-calibrate"),
+            *common,
+            f"data_path={run / 'store'}",
+            "monitor=tide",
+            f"episodes={args.cal_episodes}",
+            f"out_dir={base / 'cal'}",
+        ],
+        base / "cal",
+    )
     success: dict[str, dict[str, Any]] = {}
     for cond in CONDITIONS:
-        ev = [_bin("rewind-eval"), *common, f"episodes={args.episodes}", "seed=10000", f"perturb={cond}", "wandb.mode=offline"]
+        ev = [
+            _bin("rewind-eval"),
+            *common,
+            f"episodes={args.episodes}",
+            "seed=10000",
+            f"perturb={cond}",
+            "wandb.mode=offline",
+        ]
         success[f"base_{cond}"] = _run([*ev, f"out_dir={base / f'base_{cond}'}"], base / f"base_{cond}")
         for mode in ("restore", "drive"):
             name = f"{mode}_{cond}"
-            success[name] = _run([*ev, "monitor=tide", f"monitor.calibration={base / 'cal'}", f"rewind={mode}",
-                                  f"rewind.max_rewinds={args.max_rewinds}", f"out_dir={base / name}"], base / name)  # fmt: skip
-    det = _run([_bin("rewind-monitor-eval"), *common, f"data_path={run / 'store'}", f"cal_episodes={args.cal_episodes}",
-                f"episodes={args.episodes}", f"monitor.num_samples={args.stac_samples}",
-                f"out_dir={base / 'detectors'}"], base / "detectors")  # fmt: skip
+            success[name] = _run(
+                [
+                    *ev,
+                    "monitor=tide",
+                    f"monitor.calibration={base / 'cal'}",
+                    f"rewind={mode}",
+                    f"rewind.max_rewinds={args.max_rewinds}",
+                    f"out_dir={base / name}",
+                ],
+                base / name,
+            )
+    det = _run(
+        [
+            _bin("rewind-monitor-eval"),
+            *common,
+            f"data_path={run / 'store'}",
+            f"cal_episodes={args.cal_episodes}",
+            f"episodes={args.episodes}",
+            f"monitor.num_samples={args.stac_samples}",
+            f"out_dir={base / 'detectors'}",
+        ],
+        base / "detectors",
+    )
     return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": det}
 
 
@@ -69,21 +103,34 @@ def _cell(s: dict[str, Any]) -> str:
 
 def tables(rows: list[dict[str, Any]]) -> str:
     """Markdown tables (a) success and (b) detectors."""
-    out = ["(a) Success (50 episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
-           "", "| task | condition | base | + rewind (restore) | + rewind (drive) | failure cut (restore / drive) |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+    out = [
+        "(a) Success (50 episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
+        "",
+        "| task | condition | base | + rewind (restore) | + rewind (drive) | failure cut (restore / drive) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         for cond in CONDITIONS:
             s = r["success"]
             if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore", "drive")):
                 continue
             fb = 1 - s[f"base_{cond}"]["success_rate"]
-            cuts = [(fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan") for m in ("restore", "drive")]
-            out.append(f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
-                       f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |")  # fmt: skip
-    out += ["", "(b) Detectors (thresholds from nominal successful rollouts, alpha = 0.05)", "",
-            "| task | condition | detector | AUROC | bal. acc. | TPR | FPR | median lead (steps) | cost (ms/step) |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            cuts = [
+                (fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan")
+                for m in ("restore", "drive")
+            ]
+            out.append(
+                f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
+                f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
+            )
+    out += [
+        "",
+        "(b) Detectors (thresholds from nominal successful rollouts, alpha = 0.05)",
+        "",
+        "| task | condition | detector | AUROC | bal. acc. | TPR | FPR "
+        "| median lead (steps) | cost (ms/step) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         d = r["detectors"]
         if d is None:
@@ -93,9 +140,11 @@ def tables(rows: list[dict[str, Any]]) -> str:
                 if name.startswith("_"):
                     continue
                 lead = m["lead_time_median"]
-                out.append(f"| {r['task']} | {cond} | {name} | {m['auroc']:.2f} | {m['balanced_accuracy']:.2f} | "
-                           f"{m['tpr']:.2f} | {m['fpr']:.2f} | {'-' if lead is None else f'{lead:+.0f}'} | "
-                           f"{d['cost_ms_per_step'][name]:.3f} |")  # fmt: skip
+                out.append(
+                    f"| {r['task']} | {cond} | {name} | {m['auroc']:.2f} | {m['balanced_accuracy']:.2f} | "
+                    f"{m['tpr']:.2f} | {m['fpr']:.2f} | {'-' if lead is None else f'{lead:+.0f}'} | "
+                    f"{d['cost_ms_per_step'][name]:.3f} |"
+                )
     return "\n".join(out)
 
 
@@ -108,7 +157,9 @@ def main() -> None:
     ap.add_argument("--cal-episodes", type=int, default=60)
     ap.add_argument("--max-rewinds", type=int, default=3)
     ap.add_argument("--stac-samples", type=int, default=32)
-    ap.add_argument("--overrides", nargs="*", default=[], help="extra overrides for every command (monitor.*)")
+    ap.add_argument(
+        "--overrides", nargs="*", default=[], help="extra overrides for every command (monitor.*)"
+    )
     ap.add_argument("--out", default="bench/results/monitor_results.json")
     ap.add_argument("--table", default="bench/results/monitor_results.md")
     ap.add_argument("--no-run", action="store_true", help="only tabulate the summaries that already exist")

@@ -82,11 +82,19 @@ class PolicyConfig:
         require(not overlap, f"obs_keys and image_keys must be disjoint; both contain {sorted(overlap)}")
         check_choice("action_norm", self.action_norm, ["min_max", "mean_std"])
         check_choice("obs_norm", self.obs_norm, ["min_max", "mean_std"])
-        require(self.obs_clip is None or self.obs_clip > 0, f"obs_clip must be > 0 or null; got {self.obs_clip}")
-        require(0.0 <= self.obs_scale_floor <= 1.0, f"obs_scale_floor must be in [0, 1]; got {self.obs_scale_floor}")
+        require(
+            self.obs_clip is None or self.obs_clip > 0, f"obs_clip must be > 0 or null; got {self.obs_clip}"
+        )
+        require(
+            0.0 <= self.obs_scale_floor <= 1.0,
+            f"obs_scale_floor must be in [0, 1]; got {self.obs_scale_floor}",
+        )
         check_range("obs_feature_dim", self.obs_feature_dim, 1)
         check_choice("low_dim_mode", self.low_dim_mode, ["flatten", "per_step"])
-        require(0.0 < self.image_crop_ratio <= 1.0, f"image_crop_ratio must be in (0, 1]; got {self.image_crop_ratio}")
+        require(
+            0.0 < self.image_crop_ratio <= 1.0,
+            f"image_crop_ratio must be in (0, 1]; got {self.image_crop_ratio}",
+        )
         check_choice("image_pool", self.image_pool, ["spatial_softmax", "avg"])
         check_range("image_feature_dim", self.image_feature_dim, 1)
         check_range("ema_decay", self.ema_decay, 0.0, 1.0)
@@ -119,9 +127,24 @@ class UNetPolicyConfig(PolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.down_dims = tuple(int(d) for d in self.down_dims)
-        require(bool(self.down_dims) and min(self.down_dims) >= 1, f"down_dims must be a non-empty list of positive ints; got {list(self.down_dims)}")
+        require(
+            bool(self.down_dims) and min(self.down_dims) >= 1,
+            f"down_dims must be a non-empty list of positive ints; got {list(self.down_dims)}",
+        )
         factor = 2 ** (len(self.down_dims) - 1)
-        require(self.horizon % factor == 0, f"horizon must be divisible by 2 ** (len(down_dims) - 1) = {factor}; got {self.horizon}")
-        require(self.kernel_size >= 1 and self.kernel_size % 2 == 1, f"kernel_size must be a positive odd int; got {self.kernel_size}")
-        require(self.n_groups >= 1 and not any(d % self.n_groups for d in self.down_dims), f"n_groups must divide every entry of down_dims {list(self.down_dims)}; got {self.n_groups}")
-        require(self.diffusion_step_embed_dim >= 2 and self.diffusion_step_embed_dim % 2 == 0, f"diffusion_step_embed_dim must be an even int >= 2; got {self.diffusion_step_embed_dim}")
+        require(
+            self.horizon % factor == 0,
+            f"horizon must be divisible by 2 ** (len(down_dims) - 1) = {factor}; got {self.horizon}",
+        )
+        require(
+            self.kernel_size >= 1 and self.kernel_size % 2 == 1,
+            f"kernel_size must be a positive odd int; got {self.kernel_size}",
+        )
+        require(
+            self.n_groups >= 1 and not any(d % self.n_groups for d in self.down_dims),
+            f"n_groups must divide every entry of down_dims {list(self.down_dims)}; got {self.n_groups}",
+        )
+        require(
+            self.diffusion_step_embed_dim >= 2 and self.diffusion_step_embed_dim % 2 == 0,
+            f"diffusion_step_embed_dim must be an even int >= 2; got {self.diffusion_step_embed_dim}",
+        )

@@ -28,21 +28,42 @@ from rewind.train import TrainConfig
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 #: YAML file (relative to configs/) -> the schema whose defaults it restates.
 SCHEMAS: dict[str, Any] = {
-    "collect.yaml": CollectConfig, "eval.yaml": EvalConfig, "train.yaml": TrainConfig,
-    "calibrate.yaml": CalibrateConfig, "monitor_eval.yaml": MonitorEvalConfig, "loop.yaml": LoopConfig,
-    "teleop.yaml": TeleopConfig, "env/*.yaml": EnvConfig, "finetune/*.yaml": FinetuneConfig,
-    "recovery/*.yaml": RecoveryConfig, "monitor/*.yaml": MonitorConfig, "rewind/*.yaml": RewindConfig,
-    "perturb/*.yaml": PerturbationConfig, "policy/*.yaml": None,  # the registry's config class of `name`
-}  # fmt: skip
+    "collect.yaml": CollectConfig,
+    "eval.yaml": EvalConfig,
+    "train.yaml": TrainConfig,
+    "calibrate.yaml": CalibrateConfig,
+    "monitor_eval.yaml": MonitorEvalConfig,
+    "loop.yaml": LoopConfig,
+    "teleop.yaml": TeleopConfig,
+    "env/*.yaml": EnvConfig,
+    "finetune/*.yaml": FinetuneConfig,
+    "recovery/*.yaml": RecoveryConfig,
+    "monitor/*.yaml": MonitorConfig,
+    "rewind/*.yaml": RewindConfig,
+    "perturb/*.yaml": PerturbationConfig,
+    "policy/*.yaml": None,  # the registry's config class of `name`
+}
 #: A group file's selector key names the group: it differs from the schema's default by design.
-SELECTORS = {"env": "name", "finetune": "mode", "recovery": "name", "monitor": "score", "rewind": "mode",
-             "perturb": "{stem}_prob"}  # fmt: skip
+SELECTORS = {
+    "env": "name",
+    "finetune": "mode",
+    "recovery": "name",
+    "monitor": "score",
+    "rewind": "mode",
+    "perturb": "{stem}_prob",
+}
 #: (file, dotted key) -> why the YAML sets another value than the schema's default. The loop's schema
 #: defaults are loop.yaml's (the values behind docs/loop.md's numbers; issue 15 made them agree).
 OVERRIDES: dict[tuple[str, str], str] = {
-    ("eval.yaml", "num_threads"): "the command runs small-batch inference on 1 thread (~3x faster than 2 on a "
+    (
+        "eval.yaml",
+        "num_threads",
+    ): "the command runs small-batch inference on 1 thread (~3x faster than 2 on a "
     "2-core machine); Python callers keep torch's default",
-    ("train.yaml", "train.steps"): "a command-line run trains 5000 steps; the schema's 1000 is a floor for callers",
+    (
+        "train.yaml",
+        "train.steps",
+    ): "a command-line run trains 5000 steps; the schema's 1000 is a floor for callers",
     ("finetune/fs.yaml", "steps"): "fs retrains from scratch: the base policy's steps",
     ("finetune/fs.yaml", "lr"): "fs retrains from scratch: the base policy's lr",
     ("finetune/fs.yaml", "warmup_steps"): "fs retrains from scratch: the base policy's warm-up",
@@ -84,10 +105,12 @@ def _leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[list[str], An
 
 #: mandatory values of the command schemas (their defaults are MISSING)
 MANDATORY: dict[Any, dict[str, Any]] = {
-    TrainConfig: {"data": {"path": "x"}, "policy": {"name": "diffusion"}}, EvalConfig: {"policy_path": "x"},
-    CalibrateConfig: {"policy_path": "x", "data_path": "x"}, TeleopConfig: {"store": "x"},
+    TrainConfig: {"data": {"path": "x"}, "policy": {"name": "diffusion"}},
+    EvalConfig: {"policy_path": "x"},
+    CalibrateConfig: {"policy_path": "x", "data_path": "x"},
+    TeleopConfig: {"store": "x"},
     MonitorEvalConfig: {"policy_path": "x", "data_path": "x"},
-}  # fmt: skip
+}
 
 
 def _instance(schema: Any, data: dict[str, Any]) -> Any:
@@ -125,7 +148,9 @@ DIFFERENCES = _differences()
 
 def test_every_yaml_value_equals_its_schema_default_or_is_a_documented_override() -> None:
     undocumented = {k: v for k, v in DIFFERENCES.items() if k not in OVERRIDES}
-    assert not undocumented, "\n".join(f"{f}: {k} = {v!r} (schema: {d!r})" for (f, k), (v, d) in undocumented.items())
+    assert not undocumented, "\n".join(
+        f"{f}: {k} = {v!r} (schema: {d!r})" for (f, k), (v, d) in undocumented.items()
+    )
 
 
 def test_no_stale_override_entries() -> None:

@@ -37,40 +37,60 @@ def _group(name: str, valid: str) -> tuple[list[str], list[str]]:
 # rewind-store has no int key and no config group, so its `cmd` choice stands in for the group).
 COMMANDS: dict[str, dict[str, Any]] = {
     "rewind-collect": {
-        "unknown_key": "epsiodes", "int_key": "episodes", "group": _group("env", "pick_place"),
-        "missing": None, "path": None,
+        "unknown_key": "epsiodes",
+        "int_key": "episodes",
+        "group": _group("env", "pick_place"),
+        "missing": None,
+        "path": None,
     },
     "rewind-store": {
-        "unknown_key": "pth", "int_key": None,
+        "unknown_key": "pth",
+        "int_key": None,
         "group": (["bogus", str(ROOT)], ["cmd must be one of info, ", "got 'bogus'"]),
-        "missing": (["info"], "path"), "path": (["info", MISSING_PATH], "path"),
+        "missing": (["info"], "path"),
+        "path": (["info", MISSING_PATH], "path"),
     },
     "rewind-train": {
-        "unknown_key": "train.stpes", "int_key": "train.steps", "group": _group("policy", "diffusion"),
-        "missing": ([], "data.path"), "path": ([f"data.path={MISSING_PATH}"], "data.path"),
+        "unknown_key": "train.stpes",
+        "int_key": "train.steps",
+        "group": _group("policy", "diffusion"),
+        "missing": ([], "data.path"),
+        "path": ([f"data.path={MISSING_PATH}"], "data.path"),
     },
     "rewind-eval": {
-        "unknown_key": "episdoes", "int_key": "num_envs", "group": _group("perturb", "nudge"),
-        "missing": ([], "policy_path"), "path": ([f"policy_path={MISSING_PATH}"], "policy_path"),
+        "unknown_key": "episdoes",
+        "int_key": "num_envs",
+        "group": _group("perturb", "nudge"),
+        "missing": ([], "policy_path"),
+        "path": ([f"policy_path={MISSING_PATH}"], "policy_path"),
     },
     "rewind-teleop": {
-        "unknown_key": "prot", "int_key": "port", "group": _group("env", "stack3"),
+        "unknown_key": "prot",
+        "int_key": "port",
+        "group": _group("env", "stack3"),
         "missing": ([], "store"),
         "path": (["store=STORE", "policy_path=WEIGHTS", f"calibration={MISSING_PATH}"], "calibration"),
     },
     "rewind-calibrate": {
-        "unknown_key": "monitor.alhpa", "int_key": "max_demos", "group": _group("monitor", "tide"),
+        "unknown_key": "monitor.alhpa",
+        "int_key": "max_demos",
+        "group": _group("monitor", "tide"),
         "missing": ([f"policy_path={ROOT}"], "data_path"),
         "path": ([f"policy_path={ROOT}", f"data_path={MISSING_PATH}"], "data_path"),
     },
     "rewind-monitor-eval": {
-        "unknown_key": "detector", "int_key": "operator_budget", "group": _group("monitor", "stac"),
+        "unknown_key": "detector",
+        "int_key": "operator_budget",
+        "group": _group("monitor", "stac"),
         "missing": ([f"data_path={ROOT}"], "policy_path"),
         "path": ([f"policy_path={MISSING_PATH}", f"data_path={ROOT}"], "policy_path"),
     },
     "rewind-loop": {
-        "unknown_key": "rouns", "int_key": "rounds", "group": _group("recovery", "dagger"),
-        "missing": None, "path": ([f"base.policy_path={MISSING_PATH}"], "base.policy_path"),
+        "unknown_key": "rouns",
+        "int_key": "rounds",
+        "group": _group("recovery", "dagger"),
+        "missing": None,
+        "path": ([f"base.policy_path={MISSING_PATH}"], "base.policy_path"),
     },
 }
 
@@ -94,7 +114,7 @@ def _case(command: str, kind: str, tmp: Path) -> tuple[list[str], list[str]] | N
         return [f"{spec['unknown_key']}=1"], [f"unknown key '{spec['unknown_key']}'", "valid:"]
     if kind == "int":
         key = spec["int_key"]
-        return (None if key is None else ([f"{key}=abc"], [f"{key}=abc", "Integer"]))
+        return None if key is None else ([f"{key}=abc"], [f"{key}=abc", "Integer"])
     if kind == "group":
         return spec["group"]
     if kind == "malformed_eq":
@@ -159,8 +179,12 @@ def _assert_one_line_error(command: str, code: int, out: str, err: str, expected
 
 @pytest.mark.parametrize(("command", "kind"), MATRIX, ids=[f"{c}-{k}" for c, k in MATRIX])
 def test_user_error_is_one_line_exit_2(
-    command: str, kind: str, entry_point_mains: dict[str, Any], tmp_path: Path,
-    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    kind: str,
+    entry_point_mains: dict[str, Any],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     case = _case(command, kind, tmp_path)
     assert case is not None
@@ -186,7 +210,11 @@ def test_installed_script_reports_one_line(command: str, tmp_path: Path) -> None
     args, expected = case
     out_dir = tmp_path / "run"
     proc = subprocess.run(
-        [exe, *args, f"out_dir={out_dir}"], capture_output=True, text=True, timeout=180, check=False,
+        [exe, *args, f"out_dir={out_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     _assert_one_line_error(command, proc.returncode, proc.stdout, proc.stderr, expected)
     assert not out_dir.exists()

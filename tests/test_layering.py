@@ -5,7 +5,7 @@ Layers, bottom to top (README, "Layout"):
 
 0. ``rewind`` (the package root), ``rewind.config``, ``rewind.metrics``, ``rewind.utils``, ``rewind.store``
 1. ``rewind.envs``, ``rewind.policies``
-2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.lockstep`` (lockstep batched policy rollouts)
+2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.lockstep`` (batched policy rollouts)
 3. ``rewind.monitor``
 4. ``rewind.eval``
 5. ``rewind.loop``, ``rewind.teleop``
@@ -21,17 +21,31 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder -> dotted package it is installed as (pyproject's package-dir)
-PACKAGE_DIRS = {"rewind": "rewind", "envs": "rewind.envs", "policies": "rewind.policies", "scripts": "rewind.scripts"}
+PACKAGE_DIRS = {
+    "rewind": "rewind",
+    "envs": "rewind.envs",
+    "policies": "rewind.policies",
+    "scripts": "rewind.scripts",
+}
 #: dotted prefix -> layer (the longest matching prefix wins)
 LAYERS = {
-    "rewind": 0, "rewind.config": 0, "rewind.metrics": 0, "rewind.utils": 0, "rewind.store": 0,
-    "rewind.envs": 1, "rewind.policies": 1,
-    "rewind.train": 2, "rewind.collect": 2, "rewind.lockstep": 2,
+    "rewind": 0,
+    "rewind.config": 0,
+    "rewind.metrics": 0,
+    "rewind.utils": 0,
+    "rewind.store": 0,
+    "rewind.envs": 1,
+    "rewind.policies": 1,
+    "rewind.train": 2,
+    "rewind.collect": 2,
+    "rewind.lockstep": 2,
     "rewind.monitor": 3,
     "rewind.eval": 4,
-    "rewind.loop": 5, "rewind.teleop": 5,
-    "rewind.cli": 6, "rewind.scripts": 6,
-}  # fmt: skip
+    "rewind.loop": 5,
+    "rewind.teleop": 5,
+    "rewind.cli": 6,
+    "rewind.scripts": 6,
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -169,4 +183,8 @@ def test_function_level_and_type_checking_imports_are_seen(tmp_path: Path) -> No
         "if TYPE_CHECKING:\n    from rewind.eval import runner\n"
         "def f():\n    from rewind.store.schema import StoreSpec\n    import rewind.loop.report\n"
     )
-    assert _imports("rewind.probe", src) == {"rewind.eval.runner", "rewind.store.schema", "rewind.loop.report"}
+    assert _imports("rewind.probe", src) == {
+        "rewind.eval.runner",
+        "rewind.store.schema",
+        "rewind.loop.report",
+    }

@@ -84,8 +84,15 @@ def test_redact_config_hides_token_values_only() -> None:
 def test_redact_argv_and_run_info_hide_the_token() -> None:
     argv = ["prog", "token=abc", "+token=abc", "++teleop.token='a b'", "token=", "tokens=1", "mytoken=2"]
     assert redact_argv([*argv, "--cfg", "job"]) == [
-        "prog", "token=***", "+token=***", "++teleop.token=***", "token=", "tokens=1", "mytoken=2",
-        "--cfg", "job",
+        "prog",
+        "token=***",
+        "+token=***",
+        "++teleop.token=***",
+        "token=",
+        "tokens=1",
+        "mytoken=2",
+        "--cfg",
+        "job",
     ]
     info = run_info(["prog", "host=0.0.0.0", "token=s3cret"])
     assert "s3cret" not in json.dumps(info)

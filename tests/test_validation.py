@@ -42,7 +42,10 @@ def test_every_device_option_is_checked_by_the_one_device_check(schema: type) ->
     [
         (lambda: RewindConfig(mode="teleport"), "rewind.mode"),
         (lambda: RecoveryConfig(rewind_mode="teleport"), "recovery.rewind_mode"),
-        (lambda: to_dataclass({"out_dir": "o", "store": "x", "rewind_mode": "teleport"}, TeleopConfig), "rewind_mode"),
+        (
+            lambda: to_dataclass({"out_dir": "o", "store": "x", "rewind_mode": "teleport"}, TeleopConfig),
+            "rewind_mode",
+        ),
     ],
 )
 def test_every_rewind_mode_option_has_the_same_check(build: Any, key: str) -> None:
@@ -51,9 +54,13 @@ def test_every_rewind_mode_option_has_the_same_check(build: Any, key: str) -> No
 
 
 def test_tracking_settings_are_checked_once_for_monitor_and_teleop() -> None:
-    assert (MonitorConfig().min_similarity, MonitorConfig().patience) == (0.7, 3) == (
-        TrackingConfig().min_similarity,
-        TrackingConfig().patience,
+    assert (
+        (MonitorConfig().min_similarity, MonitorConfig().patience)
+        == (0.7, 3)
+        == (
+            TrackingConfig().min_similarity,
+            TrackingConfig().patience,
+        )
     )
     with pytest.raises(ConfigError, match=r"^monitor.min_similarity must be in \[-1, 1\]; got 2"):
         MonitorConfig(min_similarity=2.0)

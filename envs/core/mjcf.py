@@ -55,7 +55,8 @@ _ACTUATOR_XML = """
     <position name="finger_right" joint="finger_right" kp="600" ctrlrange="0 {stroke}" forcerange="-25 25"/>
   </actuator>
   <equality>
-    <weld name="gripper_weld" body1="gripper_target" body2="gripper" solref="0.01 1" solimp="0.95 0.99 0.001"/>
+    <weld name="gripper_weld" body1="gripper_target" body2="gripper"
+          solref="0.01 1" solimp="0.95 0.99 0.001"/>
   </equality>
 """
 

@@ -9,10 +9,11 @@ Every decision is recomputed from the state, so the operator can take over at an
   lies so close to the peg that an open finger would hit the peg is dragged away by lowering the
   closed fingers into its hole (the closed pair, 24 mm square, fits the 36 mm hole at any yaw).
 * ``align``: a nut held tilted (it was grasped while leaning) is set down on the table and released,
-  to be grasped again flat. Otherwise raise the nut until its underside clears the peg top, then carry it so that the hole
-  centre sits over the peg axis, turning the wrist by the smallest rotation that matches the nut's
-  yaw to the peg's modulo 90 degrees (the hole is square). The grasp offset is measured each step
-  in the gripper frame, so the target accounts for the handle swinging as the wrist turns.
+  to be grasped again flat. Otherwise raise the nut until its underside clears the peg top, then
+  carry it so that the hole centre sits over the peg axis, turning the wrist by the smallest
+  rotation that matches the nut's yaw to the peg's modulo 90 degrees (the hole is square). The
+  grasp offset is measured each step in the gripper frame, so the target accounts for the handle
+  swinging as the wrist turns.
 * ``insert``: finish the fine alignment above the peg, lower the nut onto it, open near the table.
 """
 

@@ -97,7 +97,8 @@ def grasp_yaw_away(cube_yaw: float, current_yaw: float, offsets: list[np.ndarray
 
 
 def free_spot(xy: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
-    """Where to put a cube now at ``xy`` down: right here if clear of ``others``, else the nearest clear spot."""
+    """Where to put a cube now at ``xy`` down: right here if clear of ``others``, else the nearest clear
+    spot."""
 
     def clear(p: np.ndarray) -> bool:
         return all(np.hypot(*(p - q[:2])) >= FREE_SPACING for q in others)

@@ -139,7 +139,8 @@ def over_bin(pos: np.ndarray, margin: float = OVER_BIN_MARGIN) -> bool:
 
 
 class PickPlaceEnv(TaskEnv):
-    """Pick up a can and place it upright in a bin. Stages ``grasp``, ``carry``, ``place`` (see module doc)."""
+    """Pick up a can and place it upright in a bin. Stages ``grasp``, ``carry``, ``place`` (see the
+    module doc)."""
 
     task_name = "pick_place"
     stage_names = ("grasp", "carry", "place")

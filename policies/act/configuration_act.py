@@ -74,7 +74,10 @@ class ACTConfig(PolicyConfig):
             "latent_dim",
         ):
             check_range(name, getattr(self, name), 1)
-        require(self.d_model % self.n_heads == 0, f"n_heads must divide d_model = {self.d_model}; got {self.n_heads}")
+        require(
+            self.d_model % self.n_heads == 0,
+            f"n_heads must divide d_model = {self.d_model}; got {self.n_heads}",
+        )
         require(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1); got {self.dropout}")
         check_range("kl_weight", self.kl_weight, 0.0)
         if self.temporal_ensemble_coeff is not None:

@@ -39,8 +39,8 @@ def masked_weighted_l1(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None, weight: torch.Tensor | None
 ) -> torch.Tensor:
     """Scalar L1 loss from ``pred``/``target`` ``[B, H, Da]``, with the conventions of
-    :func:`~rewind.policies.obs_conditioned.masked_weighted_mse`: per window the mean over ``Da`` and the valid
-    steps (``mask`` ``[B, H]``), over the batch ``sum(w * l) / sum(w)`` (``weight`` ``[B]``)."""
+    :func:`~rewind.policies.obs_conditioned.masked_weighted_mse`: per window the mean over ``Da`` and
+    the valid steps (``mask`` ``[B, H]``), over the batch ``sum(w * l) / sum(w)`` (``weight`` ``[B]``)."""
     err = (pred.float() - target.float()).abs().mean(-1)  # [B, H]
     m = torch.ones_like(err) if mask is None else mask.to(err.dtype)
     per_window = (err * m).sum(1) / m.sum(1).clamp_min(1.0)

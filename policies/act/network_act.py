@@ -21,9 +21,14 @@ from rewind.policies.act.configuration_act import ACTConfig
 def _layer_kwargs(cfg: ACTConfig) -> dict:
     """Arguments shared by the encoder and decoder layers."""
     return {
-        "d_model": cfg.d_model, "nhead": cfg.n_heads, "dim_feedforward": cfg.dim_feedforward,
-        "dropout": cfg.dropout, "activation": "gelu", "batch_first": True, "norm_first": cfg.pre_norm,
-    }  # fmt: skip
+        "d_model": cfg.d_model,
+        "nhead": cfg.n_heads,
+        "dim_feedforward": cfg.dim_feedforward,
+        "dropout": cfg.dropout,
+        "activation": "gelu",
+        "batch_first": True,
+        "norm_first": cfg.pre_norm,
+    }
 
 
 def _final_norm(cfg: ACTConfig) -> nn.LayerNorm | None:

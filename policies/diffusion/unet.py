@@ -136,9 +136,14 @@ class ConditionalUnet1D(nn.Module):
     ) -> ConditionalUnet1D:
         """Build from a policy config with the U-Net fields (``UNetPolicyConfig``)."""
         return cls(
-            action_dim, cond_dim, config.down_dims, config.kernel_size, config.n_groups,
-            config.diffusion_step_embed_dim, time_scale=time_scale,
-        )  # fmt: skip
+            action_dim,
+            cond_dim,
+            config.down_dims,
+            config.kernel_size,
+            config.n_groups,
+            config.diffusion_step_embed_dim,
+            time_scale=time_scale,
+        )
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[B, H, Da]``, ``t`` ``[B]`` (or scalar), ``cond`` ``[B, F]`` -> ``[B, H, Da]``."""

@@ -30,8 +30,20 @@ def monitored_rollouts(
     store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
     seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
     with store_cm as store:
-        records, traces = run_monitored(env, loaded, monitor, tracker, cfg.rewind, seeds, cfg.seed, store, cfg.round,
-                                   observers, cfg.progress, desc=f"eval {cfg.env.name} +{cfg.monitor.score}")  # fmt: skip
+        records, traces = run_monitored(
+            env,
+            loaded,
+            monitor,
+            tracker,
+            cfg.rewind,
+            seeds,
+            cfg.seed,
+            store,
+            cfg.round,
+            observers,
+            cfg.progress,
+            desc=f"eval {cfg.env.name} +{cfg.monitor.score}",
+        )
     info.update(monitor_summary(records))
     info["plots"] = rewind_plots(Path(cfg.out_dir), records, traces, monitor, limit=3)
     info["rewind"] = {"mode": cfg.rewind.mode, "max_rewinds": cfg.rewind.max_rewinds}
@@ -53,15 +65,20 @@ def monitor_summary(records: list[MonitoredRecord]) -> dict[str, Any]:
     }
 
 
-def rewind_plots(out: Path, records: list[MonitoredRecord], traces: list[list[float | None]], monitor: Any,
-                 limit: int) -> list[str]:  # fmt: skip
+def rewind_plots(
+    out: Path, records: list[MonitoredRecord], traces: list[list[float | None]], monitor: Any, limit: int
+) -> list[str]:
     """Score traces of the first ``limit`` episodes that rewound: threshold, alarms, rewinds."""
     from rewind.monitor.monitor_plots import plot_rewind_traces
 
     paths = []
     for rec, trace in zip(records, traces, strict=True):
         if rec.rewinds and len(paths) < limit and monitor is not None:
-            title = f"seed {rec.seed}: {'success' if rec.success else 'failure'} after {rec.rewinds} rewind(s)"
-            p = plot_rewind_traces(out / f"rewind_trace_{rec.seed}.png", trace, monitor.threshold(0), rec.events, title)
+            title = (
+                f"seed {rec.seed}: {'success' if rec.success else 'failure'} after {rec.rewinds} rewind(s)"
+            )
+            p = plot_rewind_traces(
+                out / f"rewind_trace_{rec.seed}.png", trace, monitor.threshold(0), rec.events, title
+            )
             paths.append(str(p))
     return paths

@@ -62,10 +62,18 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             env.close()
     summary = summarize(records, envs[0].unwrapped.stage_names)
     summary.update(
-        env=cfg.env.name, policy_path=str(folder), policy_version=version, seed=cfg.seed,
-        num_envs=len(envs), n_action_steps=policy.n_action_steps, perturb=asdict(profile), store_out=cfg.store_out, device=str(device),
-        videos=[r.video for r in records if r.video], wall_time_s=round(time.perf_counter() - start, 3),
-    )  # fmt: skip
+        env=cfg.env.name,
+        policy_path=str(folder),
+        policy_version=version,
+        seed=cfg.seed,
+        num_envs=len(envs),
+        n_action_steps=policy.n_action_steps,
+        perturb=asdict(profile),
+        store_out=cfg.store_out,
+        device=str(device),
+        videos=[r.video for r in records if r.video],
+        wall_time_s=round(time.perf_counter() - start, 3),
+    )
     if monitor_info:
         summary["monitor"] = monitor_info
     _log_results(cfg, summary)
@@ -128,7 +136,10 @@ def _log_results(cfg: EvalConfig, summary: dict[str, Any]) -> None:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 scalars[f"eval/monitor/{k}"] = v
         metrics.log(scalars, step=0)
-        rows = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in summary["records"]]
+        rows = [
+            {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()}
+            for r in summary["records"]
+        ]
         metrics.log_table("eval/episodes", rows, step=0)
         for path in summary.get("monitor", {}).get("plots", []):
             metrics.log_image(f"eval/monitor/{Path(path).stem}", path, step=0)

@@ -113,8 +113,13 @@ class RecoveryConfig:
     operator_model: OperatorModelConfig = field(default_factory=OperatorModelConfig)
 
     def __post_init__(self) -> None:
-        checks = (("name", RECOVERY_SOURCES), ("after", AFTER_MODES), ("until", UNTIL_MODES),
-                  ("keep", KEEP_RULES), ("person", PERSONS))  # fmt: skip
+        checks = (
+            ("name", RECOVERY_SOURCES),
+            ("after", AFTER_MODES),
+            ("until", UNTIL_MODES),
+            ("keep", KEEP_RULES),
+            ("person", PERSONS),
+        )
         for key, valid in checks:
             check_choice(f"recovery.{key}", getattr(self, key), valid)
         check_rewind_mode(self.rewind_mode, "recovery.rewind_mode")
@@ -166,7 +171,10 @@ class FinetuneConfig:
     all_rounds: bool = True
 
     def __post_init__(self) -> None:
-        require(self.mode in FINETUNE_MODES, f"finetune.mode must be one of [{', '.join(FINETUNE_MODES)}]; got '{self.mode}'")  # fmt: skip
+        require(
+            self.mode in FINETUNE_MODES,
+            f"finetune.mode must be one of [{', '.join(FINETUNE_MODES)}]; got '{self.mode}'",
+        )
         for name in ("steps", "batch_size"):
             require(getattr(self, name) >= 1, f"finetune.{name} must be >= 1; got {getattr(self, name)}")
         require(self.lr > 0, f"finetune.lr must be > 0; got {self.lr}")
@@ -175,10 +183,18 @@ class FinetuneConfig:
             self.demo_share is None or 0.0 <= self.demo_share < 1.0,
             f"finetune.demo_share must be null or in [0, 1); got {self.demo_share}",
         )
-        require(self.max_passes is None or self.max_passes > 0,
-                f"finetune.max_passes must be null or > 0; got {self.max_passes}")  # fmt: skip
-        require(self.weight_mode in WEIGHT_MODES, f"finetune.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'")  # fmt: skip
-        require(self.normalizer in NORMALIZER_MODES, f"finetune.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'")  # fmt: skip
+        require(
+            self.max_passes is None or self.max_passes > 0,
+            f"finetune.max_passes must be null or > 0; got {self.max_passes}",
+        )
+        require(
+            self.weight_mode in WEIGHT_MODES,
+            f"finetune.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
+        )
+        require(
+            self.normalizer in NORMALIZER_MODES,
+            f"finetune.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'",
+        )
         for label, w in self.source_weights.items():
             require(w >= 0, f"finetune.source_weights.{label} must be >= 0; got {w}")
 
@@ -274,6 +290,8 @@ class LoopConfig(CommandConfig):
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
-        require(self.monitor.enabled or self.recovery.stall_steps > 0 or self.recovery.name == "guided",
-                "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "
-                "or recovery.stall_steps=N")  # fmt: skip
+        require(
+            self.monitor.enabled or self.recovery.stall_steps > 0 or self.recovery.name == "guided",
+            "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "
+            "or recovery.stall_steps=N",
+        )

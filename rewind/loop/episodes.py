@@ -99,8 +99,19 @@ def run_episode(
     log_ = ep.finish()
     if source.policy_label != "policy":
         recording.labels = [source.policy_label if lbl == "policy" else lbl for lbl in recording.labels]
-    return EpisodeOutcome(seed, ep.success, len(recording), interventions, alarms, stalls, recording.operator_steps,
-                          recording.label_counts(), ended_by, getattr(source, "failed", 0), events=log_.events)  # fmt: skip
+    return EpisodeOutcome(
+        seed,
+        ep.success,
+        len(recording),
+        interventions,
+        alarms,
+        stalls,
+        recording.operator_steps,
+        recording.label_counts(),
+        ended_by,
+        getattr(source, "failed", 0),
+        events=log_.events,
+    )
 
 
 def collect_episodes(
@@ -126,8 +137,12 @@ def collect_episodes(
             o = run_episode(ep, source, int(seed), rec, max_interventions, stall_steps)
             o.kept = keep_episode(keep, o.success, o.interventions, o.failed_interventions) and len(rec) > 0
             if o.kept and store is not None:
-                extra = {"events": o.events, "recovery": source.name, "interventions": o.interventions,
-                         "ended_by": o.ended_by}  # fmt: skip
+                extra = {
+                    "events": o.events,
+                    "recovery": source.name,
+                    "interventions": o.interventions,
+                    "ended_by": o.ended_by,
+                }
                 o.episode_id = rec.commit(store, o.success, int(seed), policy_version, round_, extra).id
             out.append(o)
             bar.set_postfix(success=f"{np.mean([x.success for x in out]):.2f}", kept=sum(x.kept for x in out))

@@ -138,8 +138,13 @@ class LatentDynamics(nn.Module):
     def __init__(self, dim: int, h: int, action_dim: int, hidden: int = 128) -> None:
         super().__init__()
         self.h = h
-        self.net = nn.Sequential(nn.Linear(dim + h * action_dim, hidden), nn.Mish(), nn.Linear(hidden, hidden),
-                                 nn.Mish(), nn.Linear(hidden, dim))  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Linear(dim + h * action_dim, hidden),
+            nn.Mish(),
+            nn.Linear(hidden, hidden),
+            nn.Mish(),
+            nn.Linear(hidden, dim),
+        )
 
     def forward(self, p: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Predicted latent after the ``h`` actions."""
@@ -174,8 +179,15 @@ class DriftGuide:
     ``x0 - scale * grad d`` on the rows whose drift ``d`` lies in their phase's band, else ``x0``.
     """
 
-    def __init__(self, phases: PhaseModel, dynamics: LatentDynamics, low: torch.Tensor, high: torch.Tensor,
-                 cfg: GuidedConfig, first: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        phases: PhaseModel,
+        dynamics: LatentDynamics,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        cfg: GuidedConfig,
+        first: int,
+    ) -> None:
         self.phases, self.dynamics, self.low, self.high = phases, dynamics, low, high
         self.scale, self.temperature, self.first = cfg.scale, cfg.temperature, first
         self.p: torch.Tensor | None = None
@@ -196,8 +208,9 @@ class DriftGuide:
         assert self.p is not None and self.ph is not None
         n, h = x0.shape[0], self.dynamics.h
         ph = self.ph.expand(n)
-        d = self.phases.drift(self.dynamics(self.p.expand(n, -1), x0[:, self.first : self.first + h]), ph,
-                              self.temperature)  # fmt: skip
+        d = self.phases.drift(
+            self.dynamics(self.p.expand(n, -1), x0[:, self.first : self.first + h]), ph, self.temperature
+        )
         return d, (d > self.low[ph]) & (d <= self.high[ph])
 
     def __call__(self, x0: torch.Tensor, t: float) -> torch.Tensor:

@@ -105,8 +105,14 @@ class GuidedSource(RecoverySource):
             d = phases.drift(dyn(pt, torch.as_tensor(a)), ph, g.temperature).numpy()
         low, high = self._bands(d, ph.numpy(), phases.n_phases)
         self.guide = DriftGuide(phases, dyn, torch.as_tensor(low), torch.as_tensor(high), g, first)
-        info = {"base_rollouts": g.rollouts, "base_rollout_success": base_success, "dynamics_mse": mse,
-                "transitions": int(len(p)), "d_low": low.tolist(), "d_high": high.tolist()}  # fmt: skip
+        info = {
+            "base_rollouts": g.rollouts,
+            "base_rollout_success": base_success,
+            "dynamics_mse": mse,
+            "transitions": int(len(p)),
+            "d_low": low.tolist(),
+            "d_high": high.tolist(),
+        }
         atomic_write_json(ctx.folder / "guided.json", info)
         return info
 
@@ -114,8 +120,10 @@ class GuidedSource(RecoverySource):
         """Per-phase ``low_pct`` / ``high_pct`` drift percentiles (all phases pooled where one has < 5)."""
         g = self.cfg.guided
         pooled = np.percentile(d, [g.low_pct, g.high_pct])
-        bands = [np.percentile(d[phase == k], [g.low_pct, g.high_pct]) if (phase == k).sum() >= 5 else pooled
-                 for k in range(n)]  # fmt: skip
+        bands = [
+            np.percentile(d[phase == k], [g.low_pct, g.high_pct]) if (phase == k).sum() >= 5 else pooled
+            for k in range(n)
+        ]
         return np.array([b[0] for b in bands], np.float32), np.array([b[1] for b in bands], np.float32)
 
     def begin(self, ep: MonitoredEpisode, seed: int) -> None:

@@ -88,8 +88,11 @@ def clear_unfinished(out: Path, r: int, keep: tuple[str, ...] = ()) -> Path:
     if folder.exists():
         leftovers = [p for p in folder.iterdir() if p.name not in keep]
         if leftovers:
-            log.info("round %d was interrupted: removing %s and running it again", r,
-                     ", ".join(p.name for p in leftovers))  # fmt: skip
+            log.info(
+                "round %d was interrupted: removing %s and running it again",
+                r,
+                ", ".join(p.name for p in leftovers),
+            )
         for p in leftovers:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     folder.mkdir(parents=True, exist_ok=True)

@@ -136,8 +136,12 @@ class ControlRecord:
     def from_json(cls, data: dict[str, Any], where: str) -> ControlRecord:
         """Inverse of :meth:`to_json`."""
         if not isinstance(data, dict) or set(data) != {"policy", "eval"}:
-            raise ConfigError(f"{where}: expected the keys eval, policy; got {sorted(data) if isinstance(data, dict) else data!r}")
-        return cls(_build(PolicyRecord, data["policy"], f"{where}.policy"), _build(EvalOutcome, data["eval"], f"{where}.eval"))
+            got = sorted(data) if isinstance(data, dict) else data
+            raise ConfigError(f"{where}: expected the keys eval, policy; got {got!r}")
+        return cls(
+            _build(PolicyRecord, data["policy"], f"{where}.policy"),
+            _build(EvalOutcome, data["eval"], f"{where}.eval"),
+        )
 
 
 @dataclass
@@ -171,8 +175,12 @@ class RoundRecord:
     def to_json(self) -> dict[str, Any]:
         """The ``round.json`` mapping (the base round has no ``finetune``, ``collection``, ``control``)."""
         base = self.round == 0
-        out: dict[str, Any] = {"schema_version": self.schema_version, "round": self.round,
-                               "policy": self.policy.to_json(), "demos": self.demos}  # fmt: skip
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "round": self.round,
+            "policy": self.policy.to_json(),
+            "demos": self.demos,
+        }
         if not base:
             out["finetune"] = self.finetune
         out["data"] = self.data
@@ -197,7 +205,9 @@ class RoundRecord:
             raise ConfigError(f"{where}: expected a mapping; got {type(data).__name__}")
         version = data.get("schema_version", 1)
         if version not in (1, SCHEMA_VERSION):
-            raise ConfigError(f"{where}: schema_version {version} is not one this version reads (1, {SCHEMA_VERSION})")
+            raise ConfigError(
+                f"{where}: schema_version {version} is not one this version reads (1, {SCHEMA_VERSION})"
+            )
         d = {**data, "schema_version": SCHEMA_VERSION}
         rec = _build(cls, d, where)
         rec.policy = _build(PolicyRecord, rec.policy, f"{where}: policy")

@@ -31,16 +31,25 @@ def round_row(rec: RoundRecord) -> dict[str, Any]:
     coll = rec.collection or {}
     lo, hi = ev.success_ci95
     return {
-        "round": rec.round, "policy_version": rec.policy.version, "parent": rec.policy.parent,
-        "episodes_collected": coll.get("episodes", 0), "episodes_kept": coll.get("kept", 0),
-        "interventions": coll.get("interventions", 0), "labels": coll.get("labels", {}),
-        "operator_steps_round": ops.round, "operator_steps_recovery": ops.recovery,
-        "operator_steps_total": ops.total, "operator_steps_demos": ops.demos,
-        "success_rate": ev.success_rate, "success_ci95_low": lo,
-        "success_ci95_high": hi, "success_with_rewind": rec.eval_rewind.success_rate if rec.eval_rewind else None,
+        "round": rec.round,
+        "policy_version": rec.policy.version,
+        "parent": rec.policy.parent,
+        "episodes_collected": coll.get("episodes", 0),
+        "episodes_kept": coll.get("kept", 0),
+        "interventions": coll.get("interventions", 0),
+        "labels": coll.get("labels", {}),
+        "operator_steps_round": ops.round,
+        "operator_steps_recovery": ops.recovery,
+        "operator_steps_total": ops.total,
+        "operator_steps_demos": ops.demos,
+        "success_rate": ev.success_rate,
+        "success_ci95_low": lo,
+        "success_ci95_high": hi,
+        "success_with_rewind": rec.eval_rewind.success_rate if rec.eval_rewind else None,
         "control_success": rec.control.eval.success_rate if rec.control else None,
-        "alpha_used": rec.calibration.alpha, "threshold": rec.calibration.threshold,
-    }  # fmt: skip
+        "alpha_used": rec.calibration.alpha,
+        "threshold": rec.calibration.threshold,
+    }
 
 
 def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
@@ -51,11 +60,15 @@ def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
     y = [r["success_rate"] for r in rows]
-    err = [[v - r["success_ci95_low"] for v, r in zip(y, rows, strict=True)],
-           [r["success_ci95_high"] - v for v, r in zip(y, rows, strict=True)]]  # fmt: skip
+    err = [
+        [v - r["success_ci95_low"] for v, r in zip(y, rows, strict=True)],
+        [r["success_ci95_high"] - v for v, r in zip(y, rows, strict=True)],
+    ]
     paths = []
-    for name, x, xlabel in ((PLOT_COST, [r["operator_steps_total"] for r in rows], "operator steps (demos + recovery)"),
-                            (PLOT_ROUNDS, [r["round"] for r in rows], "round")):  # fmt: skip
+    for name, x, xlabel in (
+        (PLOT_COST, [r["operator_steps_total"] for r in rows], "operator steps (demos + recovery)"),
+        (PLOT_ROUNDS, [r["round"] for r in rows], "round"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 3.6))
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label="policy")
         rw = [
@@ -66,11 +79,18 @@ def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
         if rw:
             ax.plot(*zip(*rw, strict=True), marker="s", ls="--", label="+ test-time rewind")
         # the control spends no operator steps beyond the demos: on the cost plot it sits at the demos' cost
-        ctl = [(r["operator_steps_demos"] if name == PLOT_COST else xi, r["control_success"])
-               for xi, r in zip(x, rows, strict=True) if r["control_success"] is not None]  # fmt: skip
+        ctl = [
+            (r["operator_steps_demos"] if name == PLOT_COST else xi, r["control_success"])
+            for xi, r in zip(x, rows, strict=True)
+            if r["control_success"] is not None
+        ]
         if ctl:
-            ax.plot(*zip(*ctl, strict=True), marker="^", ls="none" if name == PLOT_COST else "--",
-                    label="control: same training, demos only")  # fmt: skip
+            ax.plot(
+                *zip(*ctl, strict=True),
+                marker="^",
+                ls="none" if name == PLOT_COST else "--",
+                label="control: same training, demos only",
+            )
         for xi, yi, r in zip(x, y, rows, strict=True):
             ax.annotate(f"r{r['round']}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set(xlabel=xlabel, ylabel="success rate (95% Wilson)", ylim=(0, 1.02), title=title)
@@ -87,9 +107,13 @@ def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
     rows = [round_row(r) for r in records]
     title = f"{cfg.env.name}: recovery={cfg.recovery.name}, finetune={cfg.finetune.mode}"
     _plots(out, rows, title)
-    lines = [f"# rewind-loop report: {title}", "",
-             "| round | policy version | kept episodes | interventions | operator steps (round / total) "
-             "| success (95% Wilson) | with rewind | control: demos only |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# rewind-loop report: {title}",
+        "",
+        "| round | policy version | kept episodes | interventions | operator steps (round / total) "
+        "| success (95% Wilson) | with rewind | control: demos only |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         rw = "" if r["success_with_rewind"] is None else f"{r['success_with_rewind']:.0%}"
         ctl = "" if r["control_success"] is None else f"{r['control_success']:.0%}"
@@ -100,8 +124,14 @@ def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
         )
     lines += ["", "Labels of the kept steps per round:", ""]
     lines += [f"* round {r['round']}: {r['labels']}" for r in rows if r["round"] > 0]
-    lines += ["", f"![success vs operator steps]({PLOT_COST})", "", f"![success by round]({PLOT_ROUNDS})", "",
-              "Each round's record (lineage, data, calibration, evaluation): `round_NN/round.json`."]  # fmt: skip
+    lines += [
+        "",
+        f"![success vs operator steps]({PLOT_COST})",
+        "",
+        f"![success by round]({PLOT_ROUNDS})",
+        "",
+        "Each round's record (lineage, data, calibration, evaluation): `round_NN/round.json`.",
+    ]
     return atomic_write_text(out / REPORT, "\n".join(lines) + "\n")
 
 
@@ -115,18 +145,27 @@ def log_to_wandb(out: Path, records: list[RoundRecord], cfg: Any) -> None:
 
     rows = [round_row(r) for r in records]
     name = f"loop-{cfg.env.name}-{cfg.recovery.name}-{cfg.finetune.mode}-{out.name}"
-    with MetricsLogger(out, cfg.wandb.project, cfg.wandb.mode, dataclasses.asdict(cfg), run_name=name,
-                       group=cfg.wandb.group) as metrics:  # fmt: skip
+    with MetricsLogger(
+        out, cfg.wandb.project, cfg.wandb.mode, dataclasses.asdict(cfg), run_name=name, group=cfg.wandb.group
+    ) as metrics:
         for r in rows:
             metrics.log(
                 {f"loop/{k}": v for k, v in r.items() if isinstance(v, (int, float))}, step=r["round"]
             )
-        metrics.log_table("loop/rounds", [{k: str(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows],
-                          step=len(rows) - 1)  # fmt: skip
+        metrics.log_table(
+            "loop/rounds",
+            [{k: str(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows],
+            step=len(rows) - 1,
+        )
         for path in (out / PLOT_COST, out / PLOT_ROUNDS):
             metrics.log_image(f"loop/{path.stem}", path, step=len(rows) - 1)
-        metrics.summary({"success_before": rows[0]["success_rate"], "success_after": rows[-1]["success_rate"],
-                         "operator_steps_recovery": rows[-1]["operator_steps_recovery"]})  # fmt: skip
+        metrics.summary(
+            {
+                "success_before": rows[0]["success_rate"],
+                "success_after": rows[-1]["success_rate"],
+                "operator_steps_recovery": rows[-1]["operator_steps_recovery"],
+            }
+        )
     atomic_write_json(marker, {"rounds": len(records)})
 
 
@@ -138,20 +177,31 @@ def summarize_loop(
     log.info("rewind-loop %s recovery=%s finetune=%s:", cfg.env.name, cfg.recovery.name, cfg.finetune.mode)
     for rec in records:
         ops = rec.operator_steps
-        log.info("  round %d: success %s; operator steps %d this round, %d in all (demos %d)",
-                 rec.round, success_text(rec.eval), ops.round, ops.total, ops.demos)  # fmt: skip
+        log.info(
+            "  round %d: success %s; operator steps %d this round, %d in all (demos %d)",
+            rec.round,
+            success_text(rec.eval),
+            ops.round,
+            ops.total,
+            ops.demos,
+        )
     log.info("success before %s -> after %s", success_text(first.eval), success_text(last.eval))
     control = last.control.eval if last.control else None
     if control:
         log.info("control (the same fine-tuning on the demos alone): %s", success_text(control))
     log.info("report: %s", out / REPORT)
     return {
-        "status": "waiting_for_human" if waiting else "done", "rounds_done": len(records) - 1,
-        "success_before": first.eval.success_rate, "success_before_ci95": first.eval.success_ci95,
-        "success_after": last.eval.success_rate, "success_after_ci95": last.eval.success_ci95,
+        "status": "waiting_for_human" if waiting else "done",
+        "rounds_done": len(records) - 1,
+        "success_before": first.eval.success_rate,
+        "success_before_ci95": first.eval.success_ci95,
+        "success_after": last.eval.success_rate,
+        "success_after_ci95": last.eval.success_ci95,
         "control_after": control.success_rate if control else None,
         "control_after_ci95": control.success_ci95 if control else None,
-        "operator_steps_recovery": last.operator_steps.recovery, "operator_steps_demos": last.operator_steps.demos,
-        "report": str(out / REPORT), "rounds": [round_row(r) for r in records],
+        "operator_steps_recovery": last.operator_steps.recovery,
+        "operator_steps_demos": last.operator_steps.demos,
+        "report": str(out / REPORT),
+        "rounds": [round_row(r) for r in records],
         **({"next_command": waiting.command} if waiting else {}),
-    }  # fmt: skip
+    }

@@ -62,8 +62,9 @@ def _abs(out: Path, path: str) -> Path:
     return p if p.is_absolute() else out / p
 
 
-def _finish_round(cfg: LoopConfig, out: Path, r: int, weights: Path, demos: str, t: dict[str, float],
-                  hook: StageHook | None) -> tuple[CalibrationOutcome, EvalOutcome, EvalOutcome | None]:  # fmt: skip
+def _finish_round(
+    cfg: LoopConfig, out: Path, r: int, weights: Path, demos: str, t: dict[str, float], hook: StageHook | None
+) -> tuple[CalibrationOutcome, EvalOutcome, EvalOutcome | None]:
     """Calibrate and evaluate round ``r``'s weights (and with ``eval.rewind``, evaluate with rewind)."""
     folder = round_dir(out, r)
     with _timed(t, "calibrate", hook, r):
@@ -99,8 +100,14 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         with _timed(t, "demos", hook, 0):
             stages.collect_demos(cfg, folder / "demos")
         demos = str(folder / "demos" / "store")
-        tcfg = stages.train_config(cfg, folder / "train", DataConfig(path=demos, val_fraction=0.0), b.policy,
-                                   cfg.seed, stages.optim_config(b.steps, b.batch_size, b.lr, b.warmup_steps))  # fmt: skip
+        tcfg = stages.train_config(
+            cfg,
+            folder / "train",
+            DataConfig(path=demos, val_fraction=0.0),
+            b.policy,
+            cfg.seed,
+            stages.optim_config(b.steps, b.batch_size, b.lr, b.warmup_steps),
+        )
         with _timed(t, "train", hook, 0):
             stages.train(tcfg)
         weights = resolve_weights(str(folder / "train"))
@@ -109,10 +116,16 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
     cal, ev, evr = _finish_round(cfg, out, 0, weights, demos, t, hook)
     n_demo = demo_counts["operator_steps"]
     record = RoundRecord(
-        round=0, policy=policy, demos=rel(out, demos), calibration=cal, eval=ev, eval_rewind=evr,
+        round=0,
+        policy=policy,
+        demos=rel(out, demos),
+        calibration=cal,
+        eval=ev,
+        eval_rewind=evr,
         data={"demos": {k: v for k, v in demo_counts.items() if k != "episode_ids"}, "rounds": {}},
-        operator_steps=OperatorSteps(demos=n_demo, round=0, recovery=0, total=n_demo), timings_s=t,
-    )  # fmt: skip
+        operator_steps=OperatorSteps(demos=n_demo, round=0, recovery=0, total=n_demo),
+        timings_s=t,
+    )
     mark_done(out, 0, record)
     return record
 
@@ -134,9 +147,7 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str,
             load_monitor(mcfg, loaded.policy, loaded.weights_hash) if mcfg else (None, None, {})
         )
         source = make_source(cfg.recovery, cfg.env.name)
-        ctx = SourceContext(
-            env, loaded, str(_abs(out, prev.demos or "")), folder, r, cfg.progress, cfg.seed
-        )
+        ctx = SourceContext(env, loaded, str(_abs(out, prev.demos or "")), folder, r, cfg.progress, cfg.seed)
         prepared = source.prepare(ctx)
         rw = RewindConfig(mode=cfg.recovery.rewind_mode, max_rewinds=10**6, auto_rewind=False)
         device = next(loaded.policy.parameters()).device
@@ -146,8 +157,19 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str,
 
         rc, seeds = cfg.recovery, range(seed0, seed0 + cfg.episodes_per_round)
         with ReplayStore.open_or_create(store_path, store_spec_for(env)) as store:
-            outcomes = collect_episodes(make, source, seeds, store, rc.keep, loaded.version, r,
-                                        rc.pre_intervention_steps, rc.max_interventions, rc.stall_steps, cfg.progress)  # fmt: skip
+            outcomes = collect_episodes(
+                make,
+                source,
+                seeds,
+                store,
+                rc.keep,
+                loaded.version,
+                r,
+                rc.pre_intervention_steps,
+                rc.max_interventions,
+                rc.stall_steps,
+                cfg.progress,
+            )
     finally:
         env.close()
     summary = {**summarize_outcomes(outcomes), "source": {**prepared, **source.report()}}
@@ -161,15 +183,30 @@ def _external(
     """A ``human`` round filled by ``rewind-teleop``: its counts, or what to run when it is not full yet."""
     have = stages.store_counts(store)["episodes"] if store.exists() else 0
     if have < cfg.episodes_per_round:
-        cmd = teleop_command(cfg.env.name, str(weights), cal, str(store), r, seed0 + have,
-                             cfg.episodes_per_round - have, cfg.recovery.rewind_mode)  # fmt: skip
+        cmd = teleop_command(
+            cfg.env.name,
+            str(weights),
+            cal,
+            str(store),
+            r,
+            seed0 + have,
+            cfg.episodes_per_round - have,
+            cfg.recovery.rewind_mode,
+        )
         return WaitingForHuman(have=have, need=cfg.episodes_per_round, command=cmd)
     counts = stages.store_counts(store)
     with ReplayStore.open(store) as s:
         ok = sum(bool(i.success) for i in s.episodes())
-    return {"episodes": counts["episodes"], "success_rate": ok / max(counts["episodes"], 1), "kept": counts["episodes"],
-            "kept_steps": counts["steps"], "operator_steps": counts["operator_steps"], "labels": counts["labels"],
-            "episode_ids": counts["episode_ids"], "interventions": None}  # fmt: skip
+    return {
+        "episodes": counts["episodes"],
+        "success_rate": ok / max(counts["episodes"], 1),
+        "kept": counts["episodes"],
+        "kept_steps": counts["steps"],
+        "operator_steps": counts["operator_steps"],
+        "labels": counts["labels"],
+        "episode_ids": counts["episode_ids"],
+        "interventions": None,
+    }
 
 
 def train_weights(cfg: LoopConfig) -> dict[str, float]:
@@ -191,8 +228,9 @@ def _round_stores(
     return stores, counts, {q: n for q, n in useful.items() if n > 0}
 
 
-def _finetune_config(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], folder: Path,
-                     control: bool = False) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:  # fmt: skip
+def _finetune_config(
+    cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], folder: Path, control: bool = False
+) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:
     """Round ``r``'s fine-tuning (``control``: the same on the demos alone) in ``folder``, the ``init``
     entry of its record and the data it sees (for the record)."""
     f, base, prev = cfg.finetune, records[0], records[-1]
@@ -200,8 +238,14 @@ def _finetune_config(cfg: LoopConfig, out: Path, r: int, records: list[RoundReco
     used = [] if control else list(useful)
     mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
     meta = read_policy_meta(_abs(out, base.policy.weights))
-    data = DataConfig(path=str(_abs(out, base.demos)), extra_paths=[str(stores[q]) for q in used], mix=mix,
-                      val_fraction=0.0, source_weights=train_weights(cfg), weight_mode=f.weight_mode)  # fmt: skip
+    data = DataConfig(
+        path=str(_abs(out, base.demos)),
+        extra_paths=[str(stores[q]) for q in used],
+        mix=mix,
+        val_fraction=0.0,
+        source_weights=train_weights(cfg),
+        weight_mode=f.weight_mode,
+    )
     parent = prev.policy.weights
     if control and prev.control:
         parent = prev.control.policy.weights
@@ -210,15 +254,32 @@ def _finetune_config(cfg: LoopConfig, out: Path, r: int, records: list[RoundReco
         init = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
     elif f.normalizer == "keep":
         init = {"from_weights": str(_abs(out, base.policy.weights)), "load_weights": False}
-    tcfg = stages.train_config(cfg, folder, data, {"name": meta["policy_type"], **meta["config"]}, cfg.seed + r,
-                               stages.optim_config(f.steps, f.batch_size, f.lr, f.warmup_steps), InitConfig(**init))  # fmt: skip
-    seen = {"demos": base.data["demos"], "rounds": {str(q): counts[q] for q in used}, "mix": mix,
-            "source_weights": data.source_weights}  # fmt: skip
+    tcfg = stages.train_config(
+        cfg,
+        folder,
+        data,
+        {"name": meta["policy_type"], **meta["config"]},
+        cfg.seed + r,
+        stages.optim_config(f.steps, f.batch_size, f.lr, f.warmup_steps),
+        InitConfig(**init),
+    )
+    seen = {
+        "demos": base.data["demos"],
+        "rounds": {str(q): counts[q] for q in used},
+        "mix": mix,
+        "source_weights": data.source_weights,
+    }
     return tcfg, init, seen
 
 
-def _control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], t: dict[str, float],
-             hook: StageHook | None) -> ControlRecord:  # fmt: skip
+def _control(
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    records: list[RoundRecord],
+    t: dict[str, float],
+    hook: StageHook | None,
+) -> ControlRecord:
     """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
     folder = round_dir(out, r) / "control"
     tcfg, _, _ = _finetune_config(cfg, out, r, records, folder / "train", control=True)
@@ -232,8 +293,9 @@ def _control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], t: 
     return ControlRecord(_policy_record(out, weights, prev.policy.version), ev)
 
 
-def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord],
-                   hook: StageHook | None = None) -> RoundRecord | WaitingForHuman:  # fmt: skip
+def recovery_round(
+    cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], hook: StageHook | None = None
+) -> RoundRecord | WaitingForHuman:
     """Round ``r >= 1``: collect, fine-tune, calibrate, evaluate; returns its record, or what a person
     still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
@@ -249,18 +311,33 @@ def recovery_round(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord
     weights = resolve_weights(str(round_dir(out, r) / "train"))
     if init:
         init["from_weights"] = rel(out, init["from_weights"])
-    finetune = {"mode": cfg.finetune.mode, "steps": cfg.finetune.steps, "init": init or None,
-                "source_weights": dict(cfg.finetune.source_weights)}  # fmt: skip
+    finetune = {
+        "mode": cfg.finetune.mode,
+        "steps": cfg.finetune.steps,
+        "init": init or None,
+        "source_weights": dict(cfg.finetune.source_weights),
+    }
     demos = str(_abs(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)
     cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
     spent = int(coll["operator_steps"] or 0)
     ops = prev.operator_steps
     record = RoundRecord(
-        round=r, policy=policy, demos=records[0].demos, finetune=finetune, data=data, collection=coll,
-        control=control, calibration=cal, eval=ev, eval_rewind=evr, timings_s=t,
-        operator_steps=OperatorSteps(demos=ops.demos, round=spent, recovery=ops.recovery + spent, total=ops.total + spent),
-    )  # fmt: skip
+        round=r,
+        policy=policy,
+        demos=records[0].demos,
+        finetune=finetune,
+        data=data,
+        collection=coll,
+        control=control,
+        calibration=cal,
+        eval=ev,
+        eval_rewind=evr,
+        timings_s=t,
+        operator_steps=OperatorSteps(
+            demos=ops.demos, round=spent, recovery=ops.recovery + spent, total=ops.total + spent
+        ),
+    )
     mark_done(out, r, record)
     return record
 
@@ -281,8 +358,13 @@ def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
             rec = load_record(out, r) or recovery_round(cfg, out, r, records, hook)
             if isinstance(rec, WaitingForHuman):
                 waiting = rec
-                log.warning("round %d needs %d more human episodes: run\n  %s\nthen run this rewind-loop command again",
-                            r, rec.need - rec.have, rec.command)  # fmt: skip
+                log.warning(
+                    "round %d needs %d more human episodes: run\n  %s\n"
+                    "then run this rewind-loop command again",
+                    r,
+                    rec.need - rec.have,
+                    rec.command,
+                )
                 break
             records.append(rec)
             write_report(out, records, cfg)

@@ -47,7 +47,6 @@ from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
 CONTINUE, END = "continue", "end"
 
 
-
 @dataclass
 class SourceContext:
     """What a round gives its recovery source to prepare with.
@@ -72,8 +71,12 @@ def keep_episode(rule: str, success: bool, interventions: int, failed: int = 0) 
     intervention (the operator could not complete the stage: the state was beyond recovery) is
     only kept by ``all``: the operator's struggle there is not a correction worth learning."""
     intervened = interventions > 0 and failed == 0
-    return {"all": True, "useful": (success and failed == 0) or intervened, "success": success and failed == 0,
-            "intervened": intervened}[rule]  # fmt: skip
+    return {
+        "all": True,
+        "useful": (success and failed == 0) or intervened,
+        "success": success and failed == 0,
+        "intervened": intervened,
+    }[rule]
 
 
 class LoopRecording(EpisodeRecording):
@@ -190,8 +193,12 @@ class RecoverySource(ABC):
         if not self.counted:
             return {}
         model = self.cfg.operator_model
-        out: dict[str, Any] = {"operator_model": model.name, "operator_time_s": round(self.operator_time_s, 3),
-                               "control_dt_s": CONTROL_DT, "overhead_s": model.overhead_s}  # fmt: skip
+        out: dict[str, Any] = {
+            "operator_model": model.name,
+            "operator_time_s": round(self.operator_time_s, 3),
+            "control_dt_s": CONTROL_DT,
+            "overhead_s": model.overhead_s,
+        }
         if isinstance(self.operator, HumanLikeOperator):
             out["human_like"] = self.operator.stats.as_dict()
         return out
@@ -335,11 +342,28 @@ def is_external(cfg: RecoveryConfig) -> bool:
     return cfg.name == "human" and cfg.person == "teleop"
 
 
-def teleop_command(env: str, policy_path: str, calibration: str | None, store: str, round_: int,
-                   seed: int, episodes: int, rewind_mode: str) -> str:  # fmt: skip
+def teleop_command(
+    env: str,
+    policy_path: str,
+    calibration: str | None,
+    store: str,
+    round_: int,
+    seed: int,
+    episodes: int,
+    rewind_mode: str,
+) -> str:
     """The ``rewind-teleop`` command that fills a human round's store."""
-    parts = ["rewind-teleop", f"env={env}", f"policy_path={policy_path}", f"store={store}", f"round={round_}",
-             f"seed={seed}", f"max_episodes={episodes}", f"rewind_mode={rewind_mode}", "auto_pause=true"]  # fmt: skip
+    parts = [
+        "rewind-teleop",
+        f"env={env}",
+        f"policy_path={policy_path}",
+        f"store={store}",
+        f"round={round_}",
+        f"seed={seed}",
+        f"max_episodes={episodes}",
+        f"rewind_mode={rewind_mode}",
+        "auto_pause=true",
+    ]
     if calibration:
         parts.insert(3, f"calibration={calibration}")
     return " ".join(parts)

@@ -36,8 +36,14 @@ log = logging.getLogger(__name__)
 
 def collect_demos(cfg: LoopConfig, folder: Path) -> dict[str, Any]:
     """``cfg.base.demos`` scripted demos (seeds ``0..``) into ``folder/store``."""
-    ccfg = CollectConfig(out_dir=str(folder), env=cfg.env, episodes=cfg.base.demos, seed=0,
-                         out=str(folder / "store"), progress=cfg.progress)  # fmt: skip
+    ccfg = CollectConfig(
+        out_dir=str(folder),
+        env=cfg.env,
+        episodes=cfg.base.demos,
+        seed=0,
+        out=str(folder / "store"),
+        progress=cfg.progress,
+    )
     summary = run_collect(ccfg)
     atomic_write_json(folder / "summary.json", summary)
     return summary
@@ -55,10 +61,18 @@ def train_config(
     """The :class:`TrainConfig` of one loop training run in ``folder`` (the loop's env, device, threads
     and progress; W&B off: the loop has its own run)."""
     return TrainConfig(
-        out_dir=str(folder), env=cfg.env, data=data, policy=dict(policy), train=optim, device=cfg.device,
-        seed=seed, num_threads=cfg.num_threads, wandb=WandbConfig(mode="disabled"), progress=cfg.progress,
+        out_dir=str(folder),
+        env=cfg.env,
+        data=data,
+        policy=dict(policy),
+        train=optim,
+        device=cfg.device,
+        seed=seed,
+        num_threads=cfg.num_threads,
+        wandb=WandbConfig(mode="disabled"),
+        progress=cfg.progress,
         init=init or InitConfig(),
-    )  # fmt: skip
+    )
 
 
 def train(tcfg: TrainConfig) -> dict[str, Any]:
@@ -70,8 +84,15 @@ def train(tcfg: TrainConfig) -> dict[str, Any]:
 
 def optim_config(steps: int, batch_size: int, lr: float, warmup: int) -> OptimConfig:
     """The optimisation of a loop training run (one save at the end, no intermediate validation)."""
-    return OptimConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=min(warmup, steps - 1),
-                       save_every=steps, val_every=0, log_every=max(1, min(50, steps)))  # fmt: skip
+    return OptimConfig(
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        warmup_steps=min(warmup, steps - 1),
+        save_every=steps,
+        val_every=0,
+        log_every=max(1, min(50, steps)),
+    )
 
 
 def _calibration_rollouts(
@@ -82,8 +103,9 @@ def _calibration_rollouts(
     try:
         loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
         c = cfg.calibration
-        _, score, records, traces = calibration_rollouts(env, loaded, demos_path, c.max_demos, cfg.monitor,
-                                                      c.episodes, c.seed, folder, cfg.progress)  # fmt: skip
+        _, score, records, traces = calibration_rollouts(
+            env, loaded, demos_path, c.max_demos, cfg.monitor, c.episodes, c.seed, folder, cfg.progress
+        )
     finally:
         env.close()
     return loaded, score, [(t, r.success) for t, r in zip(traces, records, strict=True)]
@@ -99,8 +121,9 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
     folder.mkdir(parents=True, exist_ok=True)
     loaded, score, runs = _calibration_rollouts(cfg, weights, demos_path, folder)
     good = [t for t, ok in runs if ok]
-    out = CalibrationOutcome(episodes=len(runs), successes=len(good), alpha_requested=cfg.monitor.alpha,
-                             calibrated=False)  # fmt: skip
+    out = CalibrationOutcome(
+        episodes=len(runs), successes=len(good), alpha_requested=cfg.monitor.alpha, calibrated=False
+    )
     alpha, band = cfg.monitor.alpha, cfg.monitor.band
     meta = {
         "score_params": score.params(),
@@ -120,12 +143,17 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
                 return out
             raise
         alpha, band = 1.0 / (len(good) + 1), False
-        log.warning("calibration: %s; falling back to alpha=%.3f (the largest score of the %d successes)",
-                    exc, alpha, len(good))  # fmt: skip
+        log.warning(
+            "calibration: %s; falling back to alpha=%.3f (the largest score of the %d successes)",
+            exc,
+            alpha,
+            len(good),
+        )
         cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=False, **meta)
     cal.save(folder)
-    out = dataclasses.replace(out, calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n,
-                              threshold=cal.threshold)  # fmt: skip
+    out = dataclasses.replace(
+        out, calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n, threshold=cal.threshold
+    )
     atomic_write_json(folder / "summary.json", out.to_json())
     return out
 
@@ -137,12 +165,19 @@ def eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str |
     e = cfg.eval
     monitored = calibration is not None
     return EvalConfig(
-        out_dir=str(folder), policy_path=str(weights), env=cfg.env, episodes=e.episodes, seed=e.seed,
-        num_envs=e.num_envs, device=cfg.device, num_threads=cfg.num_threads, wandb=WandbConfig(mode="disabled"),
+        out_dir=str(folder),
+        policy_path=str(weights),
+        env=cfg.env,
+        episodes=e.episodes,
+        seed=e.seed,
+        num_envs=e.num_envs,
+        device=cfg.device,
+        num_threads=cfg.num_threads,
+        wandb=WandbConfig(mode="disabled"),
         progress=cfg.progress,
         monitor=dataclasses.replace(cfg.monitor, calibration=calibration) if monitored else MonitorConfig(),
         rewind=RewindConfig(mode="restore", max_rewinds=3) if monitored else RewindConfig(),
-    )  # fmt: skip
+    )
 
 
 def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalOutcome:
@@ -164,8 +199,13 @@ def store_counts(path: str | Path) -> dict[str, Any]:
         s = store.summary()
         ids = [e.id for e in store.episodes()]
     labels = {k: v for k, v in s["steps_by_source"].items() if v}
-    return {"episodes": s["episodes"], "steps": s["steps"], "labels": labels,
-            "operator_steps": s["n_operator_steps"], "episode_ids": ids}  # fmt: skip
+    return {
+        "episodes": s["episodes"],
+        "steps": s["steps"],
+        "labels": labels,
+        "operator_steps": s["n_operator_steps"],
+        "episode_ids": ids,
+    }
 
 
 def mix_shares(

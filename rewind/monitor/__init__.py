@@ -12,7 +12,19 @@ from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, Step
 from rewind.monitor.scores import SCORES, FailureScore, make_score
 
 __all__ = [
-    "SCORES", "Calibration", "CalibrationError", "CheckpointLibrary", "CheckpointTracker", "FailureScore",
-    "Monitor", "MonitoredEpisode", "ReachedCheckpoint", "RewindConfig", "StepResult", "build_library",
-    "calibrate", "conformal_quantile", "make_score",
-]  # fmt: skip
+    "SCORES",
+    "Calibration",
+    "CalibrationError",
+    "CheckpointLibrary",
+    "CheckpointTracker",
+    "FailureScore",
+    "Monitor",
+    "MonitoredEpisode",
+    "ReachedCheckpoint",
+    "RewindConfig",
+    "StepResult",
+    "build_library",
+    "calibrate",
+    "conformal_quantile",
+    "make_score",
+]

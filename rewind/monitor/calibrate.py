@@ -125,8 +125,17 @@ def calibration_rollouts(
         save_reference(out, reference)
     score = build_score(monitor.score, score_params(monitor.score, monitor, seed), reference)
     seeds = list(range(seed, seed + episodes))
-    records, traces = run_monitored(env, loaded, Monitor(score, None), None, RewindConfig(max_rewinds=0),
-                                    seeds, seed, progress=progress, desc="calibrate")  # fmt: skip
+    records, traces = run_monitored(
+        env,
+        loaded,
+        Monitor(score, None),
+        None,
+        RewindConfig(max_rewinds=0),
+        seeds,
+        seed,
+        progress=progress,
+        desc="calibrate",
+    )
     return library, score, records, traces
 
 
@@ -140,21 +149,43 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     env = build_env(cfg.env)
     try:
         loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
-        library, score, records, traces = calibration_rollouts(env, loaded, cfg.data_path, cfg.max_demos, cfg.monitor,
-                                                      cfg.episodes, cfg.seed, out, cfg.progress)  # fmt: skip
+        library, score, records, traces = calibration_rollouts(
+            env, loaded, cfg.data_path, cfg.max_demos, cfg.monitor, cfg.episodes, cfg.seed, out, cfg.progress
+        )
     finally:
         env.close()
     ok = [r.success for r in records]
     good = [t for t, s in zip(traces, ok, strict=True) if s]
-    log.info("calibration rollouts: %d/%d successful (alpha=%s needs >= %d)", len(good), len(ok),
-             cfg.monitor.alpha, min_calibration_size(cfg.monitor.alpha) * (2 if cfg.monitor.band else 1))  # fmt: skip
-    cal = calibrate(good, score.name, cfg.monitor.alpha, loaded.weights_hash, band=cfg.monitor.band,
-                    score_params=score.params(), env=cfg.env.name, n_action_steps=loaded.policy.n_action_steps)  # fmt: skip
+    log.info(
+        "calibration rollouts: %d/%d successful (alpha=%s needs >= %d)",
+        len(good),
+        len(ok),
+        cfg.monitor.alpha,
+        min_calibration_size(cfg.monitor.alpha) * (2 if cfg.monitor.band else 1),
+    )
+    cal = calibrate(
+        good,
+        score.name,
+        cfg.monitor.alpha,
+        loaded.weights_hash,
+        band=cfg.monitor.band,
+        score_params=score.params(),
+        env=cfg.env.name,
+        n_action_steps=loaded.policy.n_action_steps,
+    )
     cal.save(out)
     _plot(out / "calibration.png", traces, ok, cal)
     return {
-        "calibration": str(out), "score": cal.score, "alpha": cal.alpha, "n": cal.n,
-        "threshold": cal.threshold, "band": cal.band is not None, "episodes": len(ok),
-        "success_rate": float(np.mean(ok)), "checkpoints": library.names, "checkpoint_support": library.support,
-        "policy_path": str(loaded.folder), "policy_version": loaded.version,
-    }  # fmt: skip
+        "calibration": str(out),
+        "score": cal.score,
+        "alpha": cal.alpha,
+        "n": cal.n,
+        "threshold": cal.threshold,
+        "band": cal.band is not None,
+        "episodes": len(ok),
+        "success_rate": float(np.mean(ok)),
+        "checkpoints": library.names,
+        "checkpoint_support": library.support,
+        "policy_path": str(loaded.folder),
+        "policy_version": loaded.version,
+    }

@@ -180,8 +180,16 @@ class CheckpointLibrary:
         try:
             meta = json.loads((folder / LIBRARY_JSON).read_text())
             arrays = load_file(str(folder / LIBRARY_TENSORS))
-            lib = cls(meta["names"], arrays["templates"], arrays["mean"], meta["labeler"], meta["weights_hash"],
-                      meta["support"], arrays.get("examples"), arrays.get("owner"))  # fmt: skip
+            lib = cls(
+                meta["names"],
+                arrays["templates"],
+                arrays["mean"],
+                meta["labeler"],
+                meta["weights_hash"],
+                meta["support"],
+                arrays.get("examples"),
+                arrays.get("owner"),
+            )
         except Exception as exc:  # safetensors raises its own error type on a corrupted header
             raise ValueError(f"{folder}: not a readable checkpoint library ({exc})") from exc
         if lib.templates.shape[0] != len(lib.names):
@@ -218,17 +226,30 @@ def build_library(
         )
     names.sort(key=lambda n: np.mean([t for t, _ in found[n]]))
     with torch.no_grad():  # centre on the whole demo distribution, not only the labelled steps
-        mean = np.mean([policy.encode(_window(ep, t, policy.n_obs_steps, keys))[0].float().numpy()
-                        for ep in episodes for t in range(0, ep.info.length, 4)], axis=0)  # fmt: skip
+        mean = np.mean(
+            [
+                policy.encode(_window(ep, t, policy.n_obs_steps, keys))[0].float().numpy()
+                for ep in episodes
+                for t in range(0, ep.info.length, 4)
+            ],
+            axis=0,
+        )
     templates, examples, owner = [], [], []
     for i, n in enumerate(names):
         x = np.stack([f for _, f in found[n]]) - mean
         templates.append(x[kde_mode(x)])
         examples.append(x)
         owner += [i] * len(x)
-    return CheckpointLibrary(names, np.stack(templates).astype(np.float32), mean.astype(np.float32), labeler.name,
-                             weights_hash, [len(found[n]) for n in names], np.concatenate(examples).astype(np.float32),
-                             np.asarray(owner, dtype=np.int64))  # fmt: skip
+    return CheckpointLibrary(
+        names,
+        np.stack(templates).astype(np.float32),
+        mean.astype(np.float32),
+        labeler.name,
+        weights_hash,
+        [len(found[n]) for n in names],
+        np.concatenate(examples).astype(np.float32),
+        np.asarray(owner, dtype=np.int64),
+    )
 
 
 @dataclass
@@ -261,7 +282,11 @@ class CheckpointTracker:
     """Online cosine-similarity tracking with peak detection over a :class:`CheckpointLibrary`."""
 
     def __init__(
-        self, library: CheckpointLibrary, min_similarity: float = 0.7, patience: int = 3, match: str = "nearest"
+        self,
+        library: CheckpointLibrary,
+        min_similarity: float = 0.7,
+        patience: int = 3,
+        match: str = "nearest",
     ) -> None:
         if match not in MATCH_MODES:
             raise ValueError(f"checkpoint match must be one of [{', '.join(MATCH_MODES)}]; got '{match}'")
@@ -322,5 +347,7 @@ class CheckpointTracker:
 
     def as_dict(self) -> list[dict[str, Any]]:
         """The reached checkpoints without their snapshots (for event logs)."""
-        return [{"index": c.index, "name": c.name, "step": c.step, "similarity": round(c.similarity, 4)}
-                for c in self.reached]  # fmt: skip
+        return [
+            {"index": c.index, "name": c.name, "step": c.step, "similarity": round(c.similarity, 4)}
+            for c in self.reached
+        ]

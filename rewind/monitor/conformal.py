@@ -188,7 +188,15 @@ def calibrate(
     maxima = [float(t.max()) for t in traces]
     if band:
         thresholds, _ = band_thresholds(traces, alpha)
-        return Calibration(score, alpha, len(traces), float(thresholds.max()), weights_hash,
-                           band=[float(x) for x in thresholds], scores=maxima, **meta)  # fmt: skip
+        return Calibration(
+            score,
+            alpha,
+            len(traces),
+            float(thresholds.max()),
+            weights_hash,
+            band=[float(x) for x in thresholds],
+            scores=maxima,
+            **meta,
+        )
     q = conformal_quantile(maxima, alpha)
     return Calibration(score, alpha, len(traces), q, weights_hash, scores=maxima, **meta)

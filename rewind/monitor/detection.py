@@ -140,7 +140,8 @@ def roc_curve(pos: Sequence[float], neg: Sequence[float]) -> tuple[np.ndarray, n
 def first_alarm(trace: Sequence[float | None], threshold: float | Sequence[float]) -> int | None:
     """Control step of the first score above the threshold (a per-step band or a constant)."""
     for t, v in enumerate(trace):
-        th = threshold if np.isscalar(threshold) else threshold[min(t, len(threshold) - 1)]  # type: ignore[index]
+        step = min(t, len(threshold) - 1) if not np.isscalar(threshold) else 0  # type: ignore[arg-type]
+        th = threshold if np.isscalar(threshold) else threshold[step]  # type: ignore[index]
         if v is not None and v > th:
             return t
     return None
@@ -159,14 +160,19 @@ def detection_metrics(
     alarm = {e.seed: first_alarm(e.traces[score], threshold) for e in episodes}
     tpr = float(np.mean([alarm[e.seed] is not None for e in fails])) if fails else float("nan")
     fpr = float(np.mean([alarm[e.seed] is not None for e in oks])) if oks else float("nan")
-    leads = [ponr[e.seed] - alarm[e.seed] for e in fails  # type: ignore[operator]
-             if alarm[e.seed] is not None and ponr.get(e.seed) is not None]  # fmt: skip
+    leads = [
+        ponr[e.seed] - alarm[e.seed]
+        for e in fails  # type: ignore[operator]
+        if alarm[e.seed] is not None and ponr.get(e.seed) is not None
+    ]
     return {
-        "episodes": len(episodes), "failures": len(fails),
+        "episodes": len(episodes),
+        "failures": len(fails),
         "auroc": auroc([mx[e.seed] for e in fails], [mx[e.seed] for e in oks]),
-        "tpr": tpr, "fpr": fpr,
+        "tpr": tpr,
+        "fpr": fpr,
         "balanced_accuracy": float(np.nanmean([tpr, 1 - fpr])) if fails or oks else float("nan"),
         "lead_time_median": float(np.median(leads)) if leads else None,
         "lead_time_positive_frac": float(np.mean([x > 0 for x in leads])) if leads else None,
         "lead_times": leads,
-    }  # fmt: skip
+    }

@@ -71,7 +71,10 @@ class RewindConfig:
         check_rewind_mode(self.mode, "rewind.mode")
         check_range("rewind.max_rewinds", self.max_rewinds, 0)
         check_range("rewind.drive_max_steps", self.drive_max_steps, 1)
-        require(self.drive_pos_tol > 0 and self.drive_yaw_tol > 0, "rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0")
+        require(
+            self.drive_pos_tol > 0 and self.drive_yaw_tol > 0,
+            "rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0",
+        )
 
 
 class Monitor:
@@ -258,14 +261,23 @@ class MonitoredEpisode:
             res.score, res.threshold = score, self.monitor.threshold(res.step)  # type: ignore[union-attr]
             res.alarm = score > res.threshold
             if res.alarm:
-                self.event("alarm", res.step, score=round(score, 6), threshold=round(res.threshold, 6),
-                           checkpoint=self.checkpoints[-1].name if self.checkpoints else None)  # fmt: skip
+                self.event(
+                    "alarm",
+                    res.step,
+                    score=round(score, 6),
+                    threshold=round(res.threshold, 6),
+                    checkpoint=self.checkpoints[-1].name if self.checkpoints else None,
+                )
         if self.tracker is not None and self._features is not None and not res.done:
             feats = self._features.features()
             res.checkpoint = self.tracker.update(feats, res.step + 1, self._rewindable, self.obs)
             if res.checkpoint is not None:
-                self.event("checkpoint", res.checkpoint.step, checkpoint=res.checkpoint.name,
-                           similarity=round(res.checkpoint.similarity, 4))  # fmt: skip
+                self.event(
+                    "checkpoint",
+                    res.checkpoint.step,
+                    checkpoint=res.checkpoint.name,
+                    similarity=round(res.checkpoint.similarity, 4),
+                )
 
     def external_step(self, action: np.ndarray, source: str) -> StepResult:
         """Someone other than the policy acts (``source``: ``correction``, ``human``...). The policy's

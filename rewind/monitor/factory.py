@@ -109,7 +109,10 @@ class MonitorConfig:
             f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
         )
         require(self.tide_window >= 1, f"monitor.tide_window must be >= 1; got {self.tide_window}")
-        require(self.match in MATCH_MODES, f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'")
+        require(
+            self.match in MATCH_MODES,
+            f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'",
+        )
         check_tracking("monitor.", self.min_similarity, self.patience)
 
     @property
@@ -120,8 +123,12 @@ class MonitorConfig:
 
 def score_params(name: str, cfg: MonitorConfig, seed: int = 0) -> dict[str, Any]:
     """Constructor arguments of score ``name`` from ``cfg`` (what a calibration saves)."""
-    return {"tide": {"dims": cfg.action_dims, "window": cfg.tide_window}, "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
-            "embedding_ood": {"k": cfg.knn}, "random": {"seed": seed}}[name]  # fmt: skip
+    return {
+        "tide": {"dims": cfg.action_dims, "window": cfg.tide_window},
+        "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
+        "embedding_ood": {"k": cfg.knn},
+        "random": {"seed": seed},
+    }[name]
 
 
 def build_score(name: str, params: dict[str, Any], reference: np.ndarray | None = None) -> FailureScore:
@@ -190,8 +197,10 @@ def load_monitor(
         raise CalibrationError(f"{folder}: calibrated for score '{cal.score}', but monitor.score={cfg.score}")
     cal.check_weights(weights_hash)
     if cal.n_action_steps and cal.n_action_steps != policy.n_action_steps:
-        raise CalibrationError(f"{folder}: calibrated with n_action_steps={cal.n_action_steps}, but the policy "
-                               f"executes {policy.n_action_steps}: use the same setting or recalibrate")  # fmt: skip
+        raise CalibrationError(
+            f"{folder}: calibrated with n_action_steps={cal.n_action_steps}, but the policy "
+            f"executes {policy.n_action_steps}: use the same setting or recalibrate"
+        )
     score = build_score(cfg.score, cal.score_params, load_reference(folder))
     tracker = None
     if cfg.track_checkpoints and (folder / LIBRARY_JSON).exists():
@@ -201,6 +210,12 @@ def load_monitor(
                 f"{folder}: checkpoint library made with other policy weights; recalibrate"
             )
         tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience, cfg.match)
-    info = {"score": cal.score, "alpha": cal.alpha, "n": cal.n, "threshold": cal.threshold,
-            "band": cal.band is not None, "checkpoints": tracker.library.names if tracker else []}  # fmt: skip
+    info = {
+        "score": cal.score,
+        "alpha": cal.alpha,
+        "n": cal.n,
+        "threshold": cal.threshold,
+        "band": cal.band is not None,
+        "checkpoints": tracker.library.names if tracker else [],
+    }
     return Monitor(score, cal), tracker, info

@@ -103,15 +103,28 @@ def load_profile(name: str) -> dict[str, Any]:
     return dict(OmegaConf.to_container(OmegaConf.create(path.read_text())))  # type: ignore[arg-type]
 
 
-def _rollouts(cfg: MonitorEvalConfig, loaded: LoadedPolicy, scores: ScoreSet, condition: str, seeds: list[int],
-              ponr: bool) -> tuple[list[ScoredEpisode], dict[int, int | None]]:  # fmt: skip
+def _rollouts(
+    cfg: MonitorEvalConfig,
+    loaded: LoadedPolicy,
+    scores: ScoreSet,
+    condition: str,
+    seeds: list[int],
+    ponr: bool,
+) -> tuple[list[ScoredEpisode], dict[int, int | None]]:
     """Scored rollouts under ``condition``; with ``ponr`` also the failed episodes' point of no return."""
     from tqdm import tqdm
 
     env = apply_perturbations(build_env(cfg.env), perturbation_config(load_profile(condition)))
     device = next(loaded.policy.parameters()).device
-    ep = MonitoredEpisode(env, loaded.policy, Monitor(scores, None), None, RewindConfig(max_rewinds=0),
-                          device, torch_generator(seeds[0], device))  # fmt: skip
+    ep = MonitoredEpisode(
+        env,
+        loaded.policy,
+        Monitor(scores, None),
+        None,
+        RewindConfig(max_rewinds=0),
+        device,
+        torch_generator(seeds[0], device),
+    )
     op = make_operator(cfg.env.name)
     out, nr = [], {}
     try:
@@ -174,21 +187,43 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
         results[cond]["_ponr"] = {str(k): v for k, v in ponr.items()}
     cost_ms = {n: 1e3 * scores.seconds[n.split("+")[0]] / max(scores.calls, 1) for n in names}
     plots = [plot_roc(out / "roc.png", test_eps, cfg.detectors)]
-    plots += [plot_traces(out / f"traces_{c}.png", test_eps[c], "tide" if "tide" in cfg.detectors else cfg.detectors[0],
-                          thresholds) for c in cfg.conditions]  # fmt: skip
-    summary = {"env": cfg.env.name, "policy_version": loaded.version, "alpha": cfg.monitor.alpha,
-               "calibration": {"episodes": len(cal_eps), "successful": len(good),
-                               "thresholds": {d: t if np.isscalar(t) else max(t) for d, t in thresholds.items()}},
-               "num_samples": scores.num_samples, "cost_ms_per_step": cost_ms, "results": results,
-               "plots": [str(p) for p in plots]}  # fmt: skip
+    plots += [
+        plot_traces(
+            out / f"traces_{c}.png",
+            test_eps[c],
+            "tide" if "tide" in cfg.detectors else cfg.detectors[0],
+            thresholds,
+        )
+        for c in cfg.conditions
+    ]
+    summary = {
+        "env": cfg.env.name,
+        "policy_version": loaded.version,
+        "alpha": cfg.monitor.alpha,
+        "calibration": {
+            "episodes": len(cal_eps),
+            "successful": len(good),
+            "thresholds": {d: t if np.isscalar(t) else max(t) for d, t in thresholds.items()},
+        },
+        "num_samples": scores.num_samples,
+        "cost_ms_per_step": cost_ms,
+        "results": results,
+        "plots": [str(p) for p in plots],
+    }
     _log(cfg, summary)
     return summary
 
 
 def _log(cfg: MonitorEvalConfig, summary: dict[str, Any]) -> None:
     """Scalars per condition and detector, the plots, through :mod:`rewind.metrics`."""
-    with MetricsLogger(cfg.out_dir, cfg.wandb.project, cfg.wandb.mode, asdict(cfg),
-                       run_name=f"monitor-eval-{cfg.env.name}", group=cfg.wandb.group) as metrics:  # fmt: skip
+    with MetricsLogger(
+        cfg.out_dir,
+        cfg.wandb.project,
+        cfg.wandb.mode,
+        asdict(cfg),
+        run_name=f"monitor-eval-{cfg.env.name}",
+        group=cfg.wandb.group,
+    ) as metrics:
         scalars = {}
         for cond, per in summary["results"].items():
             for d, m in per.items():

@@ -68,8 +68,9 @@ def plot_traces(
     return path
 
 
-def plot_rewind_traces(path: Path, scores: Sequence[float | None], threshold: Any, events: Sequence[dict[str, Any]],
-                       title: str) -> Path:  # fmt: skip
+def plot_rewind_traces(
+    path: Path, scores: Sequence[float | None], threshold: Any, events: Sequence[dict[str, Any]], title: str
+) -> Path:
     """One monitored episode over its executed steps: score, threshold, alarms (x) and the rewinds
     they triggered (dashed lines; the first ``max_rewinds`` alarms rewind)."""
     plt = _plt()

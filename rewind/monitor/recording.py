@@ -119,8 +119,14 @@ class EpisodeRecording:
     ) -> EpisodeInfo:
         """Write the episode (all steps, their labels, its segments) to ``store`` in one atomic commit."""
         extra = {**(extra or {}), **self.segments_extra()}
-        with store.episode(seed=seed, policy_version=policy_version, round=round, success=bool(success),
-                           n_operator_steps=self.operator_steps, extra=extra) as writer:  # fmt: skip
+        with store.episode(
+            seed=seed,
+            policy_version=policy_version,
+            round=round,
+            success=bool(success),
+            n_operator_steps=self.operator_steps,
+            extra=extra,
+        ) as writer:
             for res, label in zip(self.steps, self.labels, strict=True):
                 writer.add(res.obs, res.action, res.state, label)
         assert writer.info is not None

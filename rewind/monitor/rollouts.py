@@ -41,12 +41,19 @@ class MonitoredRecord(EpisodeRecord):
 def _record(ep: MonitoredEpisode, steps: int, max_stage: int, perturbations: list[str]) -> MonitoredRecord:
     log = ep.finish()
     return MonitoredRecord(
-        seed=log.seed, success=ep.success, length=steps, last_stage=int(ep.info.get("stage", -1)),
-        max_stage=max_stage, sim_error=ep.info.get("sim_error"), perturbations=perturbations,
-        rewinds=log.rewinds, alarms=sum(e["kind"] == "alarm" for e in log.events),
-        operator_steps=log.external_steps, events=log.events,
+        seed=log.seed,
+        success=ep.success,
+        length=steps,
+        last_stage=int(ep.info.get("stage", -1)),
+        max_stage=max_stage,
+        sim_error=ep.info.get("sim_error"),
+        perturbations=perturbations,
+        rewinds=log.rewinds,
+        alarms=sum(e["kind"] == "alarm" for e in log.events),
+        operator_steps=log.external_steps,
+        events=log.events,
         monitor_ms=1e3 * log.monitor_time_s / max(log.monitor_calls, 1),
-    )  # fmt: skip
+    )
 
 
 def run_monitored_episode(

@@ -149,7 +149,8 @@ class ReplayStore:
     def open_or_create(
         cls, path: str | os.PathLike, spec: StoreSpec, sync_every_commit: bool = False
     ) -> ReplayStore:
-        """Open the store at ``path`` for appending, creating it if absent (``sync_every_commit``: see :meth:`open`).
+        """Open the store at ``path`` for appending, creating it if absent (``sync_every_commit``: see
+        :meth:`open`).
 
         Raises:
             StoreError: if a store exists whose spec differs from ``spec`` (names each field).

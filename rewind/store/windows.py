@@ -42,16 +42,21 @@ UNDONE_MODES = ("drop", "keep")
 LABEL_BOUNDARY_MODES = ("respect", "ignore")
 
 
-def episode_segments(length: int, extra: Mapping[str, Any], episode_id: int = -1) -> list[tuple[int, int, bool]]:
+def episode_segments(
+    length: int, extra: Mapping[str, Any], episode_id: int = -1
+) -> list[tuple[int, int, bool]]:
     """``(begin, end, undone)`` of each segment of an episode of ``length`` steps, from its ``extra``
     (one segment ``(0, length, False)`` when the episode has no ``segment_starts``)."""
     starts = extra.get("segment_starts") or [0]
     undone = set(extra.get("undone_segments") or [])
     ok = (
-        isinstance(starts, list) and all(isinstance(b, int) for b in starts) and starts[0] == 0
-        and all(a < b for a, b in zip(starts, starts[1:], strict=False)) and starts[-1] < max(length, 1)
+        isinstance(starts, list)
+        and all(isinstance(b, int) for b in starts)
+        and starts[0] == 0
+        and all(a < b for a, b in zip(starts, starts[1:], strict=False))
+        and starts[-1] < max(length, 1)
         and all(isinstance(i, int) and 0 <= i < len(starts) for i in undone)
-    )  # fmt: skip
+    )
     if not ok:
         raise StoreError(
             f"episode {episode_id}: extra.segment_starts/undone_segments are malformed for {length} steps: "
@@ -118,7 +123,9 @@ class ReplayBuffer:
         lengths, unit_ids = [], []
         for eid in ids:
             ep = store.load(eid, obs_keys=keys)
-            arrays = dict(zip(names, [*(ep.obs[k] for k in keys), ep.actions, ep.sources, ep.rewards], strict=True))
+            arrays = dict(
+                zip(names, [*(ep.obs[k] for k in keys), ep.actions, ep.sources, ep.rewards], strict=True)
+            )
             for b, e, is_undone in episode_segments(len(ep.actions), ep.info.extra, eid):
                 if is_undone and undone == "drop":
                     continue

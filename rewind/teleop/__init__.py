@@ -21,6 +21,16 @@ from rewind.teleop.session import COMMANDS, MODES, SessionSettings, TeleopComman
 from rewind.teleop.simulation import SimLoop
 
 __all__ = [
-    "COMMANDS", "MODES", "ControlSettings", "HumanInput", "SessionSettings", "SimLoop", "TeleopCommandError",
-    "TeleopConfig", "TeleopServer", "TeleopSession", "build_session", "run_teleop",
-]  # fmt: skip
+    "COMMANDS",
+    "MODES",
+    "ControlSettings",
+    "HumanInput",
+    "SessionSettings",
+    "SimLoop",
+    "TeleopCommandError",
+    "TeleopConfig",
+    "TeleopServer",
+    "TeleopSession",
+    "build_session",
+    "run_teleop",
+]

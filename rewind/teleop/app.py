@@ -36,8 +36,12 @@ def load_calibrated_monitor(
 ) -> tuple[Monitor, CheckpointTracker | None]:
     """The monitor (the score named by the calibration, with its saved settings) and the checkpoint
     tracker of a calibration folder, checked against the policy and its weights hash ``weights``."""
-    cfg = MonitorConfig(score=Calibration.load(folder).score, calibration=str(folder),
-                        min_similarity=tracking.min_similarity, patience=tracking.patience)  # fmt: skip
+    cfg = MonitorConfig(
+        score=Calibration.load(folder).score,
+        calibration=str(folder),
+        min_similarity=tracking.min_similarity,
+        patience=tracking.patience,
+    )
     monitor, tracker, _ = load_monitor(cfg, policy, weights)
     assert monitor is not None
     return monitor, tracker
@@ -61,8 +65,18 @@ def build_session(cfg: TeleopConfig) -> TeleopSession:
     monitor, tracker = None, None
     if cfg.calibration is not None:
         monitor, tracker = load_calibrated_monitor(cfg.calibration, policy, digest, cfg.tracking)
-    session = TeleopSession(env, policy, cfg.store, spec, monitor, tracker, cfg.session_settings(),
-                            cfg.control, version, str(resolve_device(cfg.device)))  # fmt: skip
+    session = TeleopSession(
+        env,
+        policy,
+        cfg.store,
+        spec,
+        monitor,
+        tracker,
+        cfg.session_settings(),
+        cfg.control,
+        version,
+        str(resolve_device(cfg.device)),
+    )
     session.camera = cfg.view.camera
     return session
 
@@ -73,15 +87,25 @@ class TeleopCrashed(RuntimeError):
 
 def _announce(cfg: TeleopConfig, server: TeleopServer) -> None:
     """Write ``server.json`` and log the page's address (never the token: logs are files)."""
-    atomic_write_json(Path(cfg.out_dir) / SERVER_FILE, {"url": server.base_url, "host": cfg.host,
-                      "port": server.port, "token_required": server.token is not None})  # fmt: skip
+    atomic_write_json(
+        Path(cfg.out_dir) / SERVER_FILE,
+        {
+            "url": server.base_url,
+            "host": cfg.host,
+            "port": server.port,
+            "token_required": server.token is not None,
+        },
+    )
     if server.token is None:
         log.info("teleop page: %s  (Ctrl-C to stop)", server.base_url)
         return
     sources = {"token": "token=", "token_file": f"token_file={cfg.token_file}"}
     where = sources.get(cfg.token_source, cfg.token_source)
-    log.info("teleop page: %s?token=TOKEN  (TOKEN: the one from %s, not shown here; Ctrl-C to stop)",
-             server.base_url, where)  # fmt: skip
+    log.info(
+        "teleop page: %s?token=TOKEN  (TOKEN: the one from %s, not shown here; Ctrl-C to stop)",
+        server.base_url,
+        where,
+    )
 
 
 def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
@@ -120,8 +144,13 @@ def serve(cfg: TeleopConfig, session: TeleopSession) -> dict[str, Any]:
             f"the teleop simulation thread crashed ({loop.fatal}); unfinished episode: {kept}"
         )
     state = loop.states.get()[1] or state
-    return {"url": url, "store": str(cfg.store), "committed": state.get("committed", 0),
-            "discarded": state.get("discarded", 0), "last_commit": state.get("last_commit")}  # fmt: skip
+    return {
+        "url": url,
+        "store": str(cfg.store),
+        "committed": state.get("committed", 0),
+        "discarded": state.get("discarded", 0),
+        "last_commit": state.get("last_commit"),
+    }
 
 
 def run_teleop(cfg: TeleopConfig) -> dict[str, Any]:
@@ -133,8 +162,11 @@ def run_teleop(cfg: TeleopConfig) -> dict[str, Any]:
     """
     ensure_headless_gl()
     if cfg.token_source == "token":
-        log.warning("token= on the command line is visible to every local user in the process list; "
-                    "prefer %s=... or token_file=PATH", TOKEN_ENV)  # fmt: skip
+        log.warning(
+            "token= on the command line is visible to every local user in the process list; "
+            "prefer %s=... or token_file=PATH",
+            TOKEN_ENV,
+        )
     if cfg.view.render_threads is not None:  # before any GL context exists (the env's rgb renderer too)
         os.environ.setdefault("LP_NUM_THREADS", str(cfg.view.render_threads))
     threads = torch.get_num_threads()

@@ -150,16 +150,22 @@ class TeleopConfig(CommandConfig):
             self.max_episodes is None or self.max_episodes >= 1,
             f"max_episodes must be >= 1; got {self.max_episodes}",
         )
-        require(self.calibration is None or self.policy_path is not None,
-                "calibration needs policy_path (the monitor scores the policy it was calibrated for)")  # fmt: skip
+        require(
+            self.calibration is None or self.policy_path is not None,
+            "calibration needs policy_path (the monitor scores the policy it was calibrated for)",
+        )
 
     def session_settings(self) -> SessionSettings:
         """The session's settings from this config."""
         return SessionSettings(
-            seed=self.seed, round=self.round, auto_pause=self.auto_pause, rewind_mode=self.rewind_mode,
-            start_paused=self.start_paused, step_when_idle=self.step_when_idle,
+            seed=self.seed,
+            round=self.round,
+            auto_pause=self.auto_pause,
+            rewind_mode=self.rewind_mode,
+            start_paused=self.start_paused,
+            step_when_idle=self.step_when_idle,
             pre_intervention_steps=self.pre_intervention_steps,
-        )  # fmt: skip
+        )
 
 
 def resolve_token(token: str | None, token_file: str | None) -> tuple[str | None, str]:

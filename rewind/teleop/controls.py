@@ -23,11 +23,21 @@ from rewind.envs.core.mjcf import FINGER_STROKE
 
 #: Held keys that move the gripper: ``KeyboardEvent.code`` -> (action index, sign).
 MOVE_KEYS: dict[str, tuple[int, float]] = {
-    "KeyD": (0, 1.0), "ArrowRight": (0, 1.0), "KeyA": (0, -1.0), "ArrowLeft": (0, -1.0),
-    "KeyW": (1, 1.0), "ArrowUp": (1, 1.0), "KeyS": (1, -1.0), "ArrowDown": (1, -1.0),
-    "KeyR": (2, 1.0), "PageUp": (2, 1.0), "KeyF": (2, -1.0), "PageDown": (2, -1.0),
-    "KeyQ": (3, 1.0), "KeyE": (3, -1.0),
-}  # fmt: skip
+    "KeyD": (0, 1.0),
+    "ArrowRight": (0, 1.0),
+    "KeyA": (0, -1.0),
+    "ArrowLeft": (0, -1.0),
+    "KeyW": (1, 1.0),
+    "ArrowUp": (1, 1.0),
+    "KeyS": (1, -1.0),
+    "ArrowDown": (1, -1.0),
+    "KeyR": (2, 1.0),
+    "PageUp": (2, 1.0),
+    "KeyF": (2, -1.0),
+    "PageDown": (2, -1.0),
+    "KeyQ": (3, 1.0),
+    "KeyE": (3, -1.0),
+}
 
 #: Keys held to move slowly (precise mode).
 PRECISE_KEYS = frozenset({"ShiftLeft", "ShiftRight"})

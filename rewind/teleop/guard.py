@@ -223,8 +223,10 @@ class CappedHTTPServer(ThreadingHTTPServer):
 
 def _refuse_busy(sock: socket.socket) -> None:
     """503 on a connection over the cap, written by the accepting thread (never blocks long)."""
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(_BUSY)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n")  # fmt: skip
+    head = (
+        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(_BUSY)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    )
     try:
         sock.settimeout(0.5)
         sock.sendall(head.encode() + _BUSY)

@@ -49,11 +49,19 @@ from rewind.teleop.simulation import SimLoop
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "LOOPBACK_HOSTS", "MAX_BODY", "TeleopServer", "check_binding", "cross_site_refusal", "static_files",
-]  # fmt: skip
+    "LOOPBACK_HOSTS",
+    "MAX_BODY",
+    "TeleopServer",
+    "check_binding",
+    "cross_site_refusal",
+    "static_files",
+]
 
-STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8"}  # fmt: skip
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
 BOUNDARY = "rewindframe"
 _TOKEN_IN_TEXT = re.compile(r"(token=)[^&\s\"]*", re.IGNORECASE)
 
@@ -320,8 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
     def _write_part(self, frame: Frame) -> None:
-        head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\nX-Step: {frame.step}\r\n"
-                f"X-Input-Seq: {frame.input_seq}\r\nX-Source: {frame.source}\r\n\r\n")  # fmt: skip
+        head = (
+            f"Content-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\nX-Step: {frame.step}\r\n"
+            f"X-Input-Seq: {frame.input_seq}\r\nX-Source: {frame.source}\r\n\r\n"
+        )
         self.wfile.write(head.encode() + frame.jpeg + f"\r\n--{BOUNDARY}\r\n".encode())
         self.wfile.flush()
 

@@ -136,7 +136,8 @@ class TeleopSession:
         self.has_policy, self.store_path, self.spec = policy is not None, Path(store), spec
         self.policy_version = policy_version or ("" if policy is not None else "human")
         cfg = RewindConfig(mode=self.settings.rewind_mode, auto_rewind=False)  # checks the mode
-        self.episode = MonitoredEpisode(env, policy or _NoPolicy(), monitor, tracker, cfg, device)  # type: ignore[arg-type]
+        driver = policy or _NoPolicy()
+        self.episode = MonitoredEpisode(env, driver, monitor, tracker, cfg, device)  # type: ignore[arg-type]
         self.input = HumanInput(controls)
         self.cameras = [env.unwrapped.model.camera(i).name for i in range(env.unwrapped.model.ncam)]
         self.camera = self.cameras[0] if self.cameras else ""
@@ -195,8 +196,11 @@ class TeleopSession:
     def close(self) -> None:
         """End the session: an unfinished episode is dropped (it was never written)."""
         if len(self.recording):
-            log.warning("teleop: episode %d left unfinished: %d steps not written",
-                        self.episode_index, len(self.recording))  # fmt: skip
+            log.warning(
+                "teleop: episode %d left unfinished: %d steps not written",
+                self.episode_index,
+                len(self.recording),
+            )
 
     # ----------------------------------------------------------------- stepping
     def tick(self) -> StepResult | None:
@@ -327,8 +331,11 @@ class TeleopSession:
         ev = self.episode.rewind(target, mode, on_step=self._record)
         if not self.episode.done:  # (a drive rewind that ran out of time has already paused)
             how = f"{ev['drive_steps']} recovery steps" if mode == "drive" else "state restored"
-            self._set_mode("paused", f"rewound to '{ev['checkpoint']}' (step {ev['checkpoint_step']}, {how}): "
-                           "T to take over, H to hand back")  # fmt: skip
+            self._set_mode(
+                "paused",
+                f"rewound to '{ev['checkpoint']}' (step {ev['checkpoint_step']}, {how}): "
+                "T to take over, H to hand back",
+            )
 
     def _cmd_end(self, outcome: str = "") -> None:
         if outcome not in OUTCOMES:
@@ -344,14 +351,31 @@ class TeleopSession:
     def _commit(self, outcome: str, ended_by: str, **extra: Any) -> None:
         """Write the episode to the store as ``outcome`` (the next one is not started)."""
         log_ = self.episode.finish()
-        extra = {"teleop": True, "ended_by": ended_by, "env_success": self.episode.success,
-                 "alarms": self.alarms, "rewinds": log_.rewinds, "events": log_.events, **extra}  # fmt: skip
+        extra = {
+            "teleop": True,
+            "ended_by": ended_by,
+            "env_success": self.episode.success,
+            "alarms": self.alarms,
+            "rewinds": log_.rewinds,
+            "events": log_.events,
+            **extra,
+        }
         with ReplayStore.open_or_create(self.store_path, self.spec) as store:
-            info = self.recording.commit(store, outcome == "success", self.episode.log.seed,
-                                         self.policy_version, self.settings.round, extra)  # fmt: skip
+            info = self.recording.commit(
+                store,
+                outcome == "success",
+                self.episode.log.seed,
+                self.policy_version,
+                self.settings.round,
+                extra,
+            )
         self.committed += 1
-        self.last_commit = {"id": info.id, "outcome": outcome, "length": info.length,
-                            "labels": info.source_counts}  # fmt: skip
+        self.last_commit = {
+            "id": info.id,
+            "outcome": outcome,
+            "length": info.length,
+            "labels": info.source_counts,
+        }
         self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
 
     def salvage(self, reason: str) -> dict[str, Any] | None:
@@ -363,8 +387,11 @@ class TeleopSession:
         try:
             self._commit("failure", "crash", error=reason)
         except Exception:  # noqa: BLE001 - already failing; say what is lost instead
-            log.exception("teleop: the unfinished episode %d (%d steps) could not be written",
-                          self.episode_index, len(self.recording))  # fmt: skip
+            log.exception(
+                "teleop: the unfinished episode %d (%d steps) could not be written",
+                self.episode_index,
+                len(self.recording),
+            )
             return None
         self.recording = EpisodeRecording(self.settings.pre_intervention_steps)
         return self.last_commit
@@ -399,18 +426,39 @@ class TeleopSession:
         """Everything the page shows, JSON-able."""
         ep, mon = self.episode, self.episode.monitor
         return {
-            "version": self.version, "mode": self.mode, "reason": self.reason, "resume_mode": self.resume_mode,
-            "has_policy": self.has_policy, "has_monitor": mon is not None and mon.calibration is not None,
-            "auto_pause": self.auto_pause, "rewind_mode": self.settings.rewind_mode,
-            "camera": self.camera, "cameras": self.cameras, "grip": "open" if self.grip >= 0 else "closed",
-            "episode": {"index": self.episode_index, "seed": ep.log.seed, "step": ep.step_count,
-                        "max_steps": ep.base.max_steps, "done": ep.done, "success": ep.success,
-                        "stage": self._stage_name(), "recorded": len(self.recording),
-                        "labels": self.recording.label_counts()},
+            "version": self.version,
+            "mode": self.mode,
+            "reason": self.reason,
+            "resume_mode": self.resume_mode,
+            "has_policy": self.has_policy,
+            "has_monitor": mon is not None and mon.calibration is not None,
+            "auto_pause": self.auto_pause,
+            "rewind_mode": self.settings.rewind_mode,
+            "camera": self.camera,
+            "cameras": self.cameras,
+            "grip": "open" if self.grip >= 0 else "closed",
+            "episode": {
+                "index": self.episode_index,
+                "seed": ep.log.seed,
+                "step": ep.step_count,
+                "max_steps": ep.base.max_steps,
+                "done": ep.done,
+                "success": ep.success,
+                "stage": self._stage_name(),
+                "recorded": len(self.recording),
+                "labels": self.recording.label_counts(),
+            },
             "threshold": None if mon is None or mon.calibration is None else mon.threshold(ep.step_count),
-            "scores": [list(s) for s in self.scores], "alarms": self.alarms, "last_alarm": self.last_alarm,
-            "checkpoints": [{"index": i, "name": c.name, "step": c.step, "similarity": round(c.similarity, 3)}
-                            for i, c in enumerate(ep.checkpoints)],
-            "committed": self.committed, "discarded": self.discarded, "last_commit": self.last_commit,
-            "messages": list(self.messages), "error": self.error,
-        }  # fmt: skip
+            "scores": [list(s) for s in self.scores],
+            "alarms": self.alarms,
+            "last_alarm": self.last_alarm,
+            "checkpoints": [
+                {"index": i, "name": c.name, "step": c.step, "similarity": round(c.similarity, 3)}
+                for i, c in enumerate(ep.checkpoints)
+            ],
+            "committed": self.committed,
+            "discarded": self.discarded,
+            "last_commit": self.last_commit,
+            "messages": list(self.messages),
+            "error": self.error,
+        }

@@ -213,8 +213,13 @@ class SimLoop:
                 state = self.session.state()
             except Exception:  # noqa: BLE001
                 last = self.states.get()[1] or {}
-                state = {**last, "version": self.session.version, "mode": "paused",
-                         "reason": self.session.reason, "error": self.session.error}  # fmt: skip
+                state = {
+                    **last,
+                    "version": self.session.version,
+                    "mode": "paused",
+                    "reason": self.session.reason,
+                    "error": self.session.error,
+                }
             self.states.publish(state)
             self._published = self.session.version
 

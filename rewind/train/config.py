@@ -71,8 +71,10 @@ class DataConfig:
             self.weight_mode in WEIGHT_MODES,
             f"data.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
         )
-        for key, value, valid in (("undone", self.undone, UNDONE_MODES),
-                                  ("label_boundaries", self.label_boundaries, LABEL_BOUNDARY_MODES)):  # fmt: skip
+        for key, value, valid in (
+            ("undone", self.undone, UNDONE_MODES),
+            ("label_boundaries", self.label_boundaries, LABEL_BOUNDARY_MODES),
+        ):
             require(value in valid, f"data.{key} must be one of [{', '.join(valid)}]; got '{value}'")
         require(self.val_batches >= 1, f"data.val_batches must be >= 1; got {self.val_batches}")
         n = 1 + len(self.extra_paths)

@@ -126,7 +126,9 @@ def _read_store(
             raise ConfigError(f"{key}: store {path} has no episodes")
         train_ids, val_ids = split_episodes(ids, cfg.val_fraction, seed)
         train_buf = ReplayBuffer.from_store(store, train_ids, undone=cfg.undone)  # type: ignore[arg-type]
-        val_buf = ReplayBuffer.from_store(store, val_ids, undone=cfg.undone) if val_ids else None  # type: ignore[arg-type]
+        val_buf = None
+        if val_ids:
+            val_buf = ReplayBuffer.from_store(store, val_ids, undone=cfg.undone)  # type: ignore[arg-type]
         return store.spec, train_ids, val_ids, train_buf, val_buf
 
 
@@ -141,8 +143,13 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
         by_store[path] = {"train": train_ids, "val": val_ids}
     assert spec is not None
     sampler_seed, val_seed = np.random.SeedSequence([seed, 0xDA7A]).generate_state(2).tolist()
-    kwargs = {"n_obs_steps": n_obs_steps, "horizon": horizon, "source_weights": dict(cfg.source_weights),
-              "mask_zero_weight": cfg.mask_zero_weight, "label_boundaries": cfg.label_boundaries}  # fmt: skip
+    kwargs = {
+        "n_obs_steps": n_obs_steps,
+        "horizon": horizon,
+        "source_weights": dict(cfg.source_weights),
+        "mask_zero_weight": cfg.mask_zero_weight,
+        "label_boundaries": cfg.label_boundaries,
+    }
     train: WindowSampler | MixedSampler
     if cfg.mix:
         subs = [

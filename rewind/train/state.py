@@ -123,7 +123,7 @@ def read_pointer(folder: Path) -> int | None:
     step = data.get("step") if isinstance(data, dict) else None
     if type(step) is not int or step < 0 or data.get("path") != step_name(step):
         raise TrainingStateError(
-            f"{pointer}: malformed (expected {{\"step\": N, \"path\": \"step_00000N\"}}); got {data!r}"[:300]
+            f'{pointer}: malformed (expected {{"step": N, "path": "step_00000N"}}); got {data!r}'[:300]
         )
     if not (folder / data["path"]).is_dir():
         raise TrainingStateError(f"{pointer}: points at missing folder {data['path']}")

@@ -243,10 +243,15 @@ class Trainer:
         end = t.steps if stop_at is None else min(stop_at, t.steps)
         log.info(
             "training %s (%d parameters) on %s: %d train / %d val episodes, %d windows, steps %d -> %d",
-            self.cfg.policy_name, count_parameters(self.policy), self.device,
+            self.cfg.policy_name,
+            count_parameters(self.policy),
+            self.device,
             sum(len(v["train"]) for v in self.data.by_store.values()),
-            sum(len(v["val"]) for v in self.data.by_store.values()), len(self.data.train), self.step, end,
-        )  # fmt: skip
+            sum(len(v["val"]) for v in self.data.by_store.values()),
+            len(self.data.train),
+            self.step,
+            end,
+        )
         bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
         window = _Window(self.step, self.device)
         val_loss = None
@@ -283,7 +288,6 @@ class Trainer:
             "parameters": count_parameters(self.policy),
             "device": str(self.device),
         }
-
 
     def _diverged(self, what: str, step: int) -> TrainingDivergedError:
         """The error for a non-finite ``what`` first seen at ``step``, naming the last good save."""

@@ -40,7 +40,8 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def as_json(obj: Any) -> Any:
-    """``obj`` as it reads back from JSON (tuples -> lists, numpy -> Python), for comparing with saved configs."""
+    """``obj`` as it reads back from JSON (tuples -> lists, numpy -> Python), for comparing with saved
+    configs."""
     return json.loads(json.dumps(obj, default=to_jsonable))
 
 

@@ -34,10 +34,26 @@ HEADLESS_BACKENDS = ("egl", "osmesa")
 #: The shared library each backend loads (``ctypes.util.find_library`` name).
 BACKEND_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa", "glx": "GL"}
 #: Values MuJoCo accepts on Linux (``mujoco/rendering/classic/gl_context.py``).
-VALID_VALUES = ("egl", "osmesa", "glfw", "glx", "enable", "enabled", "on", "true", "1",
-                "disable", "disabled", "off", "false", "0")  # fmt: skip
-FIX = ("set MUJOCO_GL=egl (needs libegl1) or MUJOCO_GL=osmesa (needs libosmesa6: "
-       "sudo apt-get install libosmesa6)")  # fmt: skip
+VALID_VALUES = (
+    "egl",
+    "osmesa",
+    "glfw",
+    "glx",
+    "enable",
+    "enabled",
+    "on",
+    "true",
+    "1",
+    "disable",
+    "disabled",
+    "off",
+    "false",
+    "0",
+)
+FIX = (
+    "set MUJOCO_GL=egl (needs libegl1) or MUJOCO_GL=osmesa (needs libosmesa6: "
+    "sudo apt-get install libosmesa6)"
+)
 PROBE_TIMEOUT_S = 60.0
 _PROBE = """
 import mujoco
@@ -65,8 +81,14 @@ def probe_backend(backend: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}
     env[GL_ENV] = backend
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"no answer within {timeout:.0f} s"
     if proc.returncode == 0:

@@ -19,10 +19,16 @@ from rewind.scripts.train import main as train_main
 from rewind.store import ReplayStore
 
 TINY_IMAGE_DIFFUSION = [
-    "policy.image_keys=[rgb]", "policy.horizon=8", "policy.n_action_steps=4", "policy.down_dims=[16,32]",
-    "policy.obs_feature_dim=16", "policy.image_feature_dim=16", "policy.diffusion_step_embed_dim=16",
-    "policy.num_train_timesteps=10", "policy.num_inference_steps=3",
-]  # fmt: skip
+    "policy.image_keys=[rgb]",
+    "policy.horizon=8",
+    "policy.n_action_steps=4",
+    "policy.down_dims=[16,32]",
+    "policy.obs_feature_dim=16",
+    "policy.image_feature_dim=16",
+    "policy.diffusion_step_embed_dim=16",
+    "policy.num_train_timesteps=10",
+    "policy.num_inference_steps=3",
+]
 QUIET = ["wandb.mode=disabled", "progress=false"]
 
 
@@ -39,17 +45,38 @@ def rgb_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_image_policy_trains_and_evaluates_end_to_end(tmp_path: Path, rgb_store: Path) -> None:
     train = tmp_path / "train"
-    args = ["env=lift", "env.rgb=true", "env.image_size=32", "policy=diffusion", f"data.path={rgb_store}",
-            "train.steps=6", "train.batch_size=4", "train.warmup_steps=1", "train.save_every=3",
-            "train.val_every=3", "device=cpu", "num_threads=1", f"out_dir={train}"]  # fmt: skip
+    args = [
+        "env=lift",
+        "env.rgb=true",
+        "env.image_size=32",
+        "policy=diffusion",
+        f"data.path={rgb_store}",
+        "train.steps=6",
+        "train.batch_size=4",
+        "train.warmup_steps=1",
+        "train.save_every=3",
+        "train.val_every=3",
+        "device=cpu",
+        "num_threads=1",
+        f"out_dir={train}",
+    ]
     assert run(train_main, [*args, *TINY_IMAGE_DIFFUSION, *QUIET]) == 0
     meta = json.loads((train / "weights" / "step_000006" / "config.json").read_text())
     assert meta["shape_meta"]["obs"]["rgb"]["shape"] == [32, 32, 3]
     assert np.isfinite(json.loads((train / "summary.json").read_text())["final_train_loss"])
 
     out = tmp_path / "eval"
-    args = [f"policy_path={train}", "env=lift", "env.rgb=true", "env.image_size=32", "env.max_steps=12",
-            "episodes=2", "num_envs=2", "device=cpu", f"out_dir={out}"]  # fmt: skip
+    args = [
+        f"policy_path={train}",
+        "env=lift",
+        "env.rgb=true",
+        "env.image_size=32",
+        "env.max_steps=12",
+        "episodes=2",
+        "num_envs=2",
+        "device=cpu",
+        f"out_dir={out}",
+    ]
     assert run(eval_main, [*args, *QUIET]) == 0
     result = json.loads((out / "summary.json").read_text())
     assert result["episodes"] == 2 and all(r["length"] <= 12 for r in result["records"])

@@ -150,7 +150,8 @@ def test_own_rng_seeded_at_reset_and_env_rng_untouched() -> None:
 
 @pytest.mark.parametrize("snap_at", [0, 20, 45])
 def test_exact_rewind_through_wrappers(snap_at: int) -> None:
-    """Snapshot (before, during or after the perturbations), run, restore, replay: identical obs and reports."""
+    """Snapshot (before, during or after the perturbations), run, restore, replay: identical obs and
+    reports."""
     env = apply_perturbations(renvs.make_env("pick_place", max_steps=150), ALL_ON)
     op = renvs.make_operator("pick_place")
     env.reset(seed=6)

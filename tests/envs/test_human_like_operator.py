@@ -35,8 +35,16 @@ FAR = ((np.array([0.2, 0.0, 0.0]), np.zeros(2)), (np.array([0.0, 0.15, 0.1]), np
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """20 scripted PickPlace demos (seeds 0..19)."""
     out = tmp_path_factory.mktemp("hl_demos")
-    run_collect(CollectConfig(out_dir=str(out), env=EnvConfig(name="pick_place"), episodes=20, seed=0,
-                              out=str(out / "store"), progress=False))  # fmt: skip
+    run_collect(
+        CollectConfig(
+            out_dir=str(out),
+            env=EnvConfig(name="pick_place"),
+            episodes=20,
+            seed=0,
+            out=str(out / "store"),
+            progress=False,
+        )
+    )
     return str(out / "store")
 
 
@@ -110,8 +118,17 @@ def test_reaction_delay_holds_then_acts(env) -> None:
 @pytest.mark.parametrize("where", ["near", "far"])
 def test_noise_std_matches_the_parameter_near_and_far(env, demos, where) -> None:
     near, far = _states(env, seeds=(100,))
-    cfg = _model(reaction_s=0.0, noise_near=0.05, noise_far=0.2, speed_near=100.0, speed_far=100.0,
-                 yaw_rate_near=100.0, yaw_rate_far=100.0, give_up_far=0.0, botch_rate_far=0.0)  # fmt: skip
+    cfg = _model(
+        reaction_s=0.0,
+        noise_near=0.05,
+        noise_far=0.2,
+        speed_near=100.0,
+        speed_far=100.0,
+        yaw_rate_near=100.0,
+        yaw_rate_far=100.0,
+        give_up_far=0.0,
+        botch_rate_far=0.0,
+    )
     op, base, residuals = _human(cfg, demos), env.unwrapped, []
     op.reset(np.random.default_rng(7))
     for snap in near if where == "near" else far:
@@ -192,7 +209,11 @@ def _drive(env, op, seed: int) -> list[np.ndarray]:
 
 def test_same_seed_same_actions(env, demos) -> None:
     cfg = _model(give_up_far=0.5, botch_rate_far=2.0)
-    a1, a2, b = _drive(env, _human(cfg, demos), 11), _drive(env, _human(cfg, demos), 11), _drive(env, _human(cfg, demos), 12)  # fmt: skip
+    a1, a2, b = (
+        _drive(env, _human(cfg, demos), 11),
+        _drive(env, _human(cfg, demos), 11),
+        _drive(env, _human(cfg, demos), 12),
+    )
     assert len(a1) == len(a2) and all(np.array_equal(x, y) for x, y in zip(a1, a2, strict=True))
     assert len(a1) != len(b) or not all(np.array_equal(x, y) for x, y in zip(a1, b, strict=False))
 

@@ -14,14 +14,27 @@ def loop_node(out: Path, base: dict[str, Path] | None = None, **overrides: Any) 
     """A loop small enough for seconds: Lift capped at 50 steps, stall-triggered interventions (the tiny
     policy never succeeds, so there is no calibration), 3 episodes per round, 10 fine-tuning steps."""
     node: dict[str, Any] = {
-        "out_dir": str(out), "env": {"name": "lift", "max_steps": 50}, "rounds": 2, "episodes_per_round": 3,
-        "base": {"demos": 4, "steps": 30, "batch_size": 8, "warmup_steps": 5,
-                 "policy": {"name": "diffusion", **TINY_POLICIES["diffusion"]}},
+        "out_dir": str(out),
+        "env": {"name": "lift", "max_steps": 50},
+        "rounds": 2,
+        "episodes_per_round": 3,
+        "base": {
+            "demos": 4,
+            "steps": 30,
+            "batch_size": 8,
+            "warmup_steps": 5,
+            "policy": {"name": "diffusion", **TINY_POLICIES["diffusion"]},
+        },
         "recovery": {"name": "operator", "stall_steps": 10, "max_correction_steps": 40},
         "finetune": {"mode": "ft", "steps": 10, "batch_size": 8, "warmup_steps": 2},
-        "calibration": {"episodes": 3, "max_demos": 4}, "eval": {"episodes": 3, "num_envs": 3},
-        "control": False, "device": "cpu", "num_threads": 1, "wandb": {"mode": "disabled"}, "progress": False,
-    }  # fmt: skip
+        "calibration": {"episodes": 3, "max_demos": 4},
+        "eval": {"episodes": 3, "num_envs": 3},
+        "control": False,
+        "device": "cpu",
+        "num_threads": 1,
+        "wandb": {"mode": "disabled"},
+        "progress": False,
+    }
     if base is not None:
         node["base"]["policy_path"] = str(base["train"])
     for key, value in overrides.items():

@@ -104,20 +104,43 @@ def test_cli_builds_its_own_base_and_reports_bad_values(
     from rewind.scripts.loop import main
 
     node = loop_node(tmp_path / "cli", rounds=1)
-    args = [f"out_dir={node['out_dir']}", "env=lift", "env.max_steps=50", "rounds=1", "episodes_per_round=2",
-            "base.demos=3", "base.steps=20", "base.batch_size=8", "base.warmup_steps=2", "recovery.stall_steps=10",
-            "recovery.max_correction_steps=20", "finetune.steps=5", "finetune.batch_size=8", "calibration.episodes=2",
-            "calibration.max_demos=3", "eval.episodes=2", "eval.num_envs=2", "wandb.mode=disabled", "progress=false"]  # fmt: skip
-    args += [f"base.policy.{k}=" + (f"[{','.join(map(str, v))}]" if isinstance(v, list) else str(v))
-             for k, v in node["base"]["policy"].items() if k != "name"]  # fmt: skip
+    args = [
+        f"out_dir={node['out_dir']}",
+        "env=lift",
+        "env.max_steps=50",
+        "rounds=1",
+        "episodes_per_round=2",
+        "base.demos=3",
+        "base.steps=20",
+        "base.batch_size=8",
+        "base.warmup_steps=2",
+        "recovery.stall_steps=10",
+        "recovery.max_correction_steps=20",
+        "finetune.steps=5",
+        "finetune.batch_size=8",
+        "calibration.episodes=2",
+        "calibration.max_demos=3",
+        "eval.episodes=2",
+        "eval.num_envs=2",
+        "wandb.mode=disabled",
+        "progress=false",
+    ]
+    args += [
+        f"base.policy.{k}=" + (f"[{','.join(map(str, v))}]" if isinstance(v, list) else str(v))
+        for k, v in node["base"]["policy"].items()
+        if k != "name"
+    ]
     assert run_cli(main, args) == 0
     summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     assert summary["rounds_done"] == 1 and len(summary["success_before_ci95"]) == 2
     assert (tmp_path / "cli" / "round_00" / "demos" / "store").exists()
     capsys.readouterr()
-    for bad, message in (("finetune.demo_share=1.5", "finetune.demo_share must be null or in [0, 1)"),
-                         ("recovery.name=oracle", "recovery.name must be one of [retry, operator, dagger, human, guided]"),
-                         ("rounds=-1", "rounds must be >= 0"), ("recovery.keep=some", "recovery.keep must be one of")):  # fmt: skip
+    for bad, message in (
+        ("finetune.demo_share=1.5", "finetune.demo_share must be null or in [0, 1)"),
+        ("recovery.name=oracle", "recovery.name must be one of [retry, operator, dagger, human, guided]"),
+        ("rounds=-1", "rounds must be >= 0"),
+        ("recovery.keep=some", "recovery.keep must be one of"),
+    ):
         assert run_cli(main, [f"out_dir={tmp_path / 'bad'}", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -34,17 +34,24 @@ def _compose(*overrides: str) -> LoopConfig:
 
 def test_the_group_composes_validates_and_lists_valid_names(tmp_path: Path, capsys) -> None:
     assert _compose().recovery.operator_model.name == "perfect"
-    cfg = _compose("recovery=dagger", "recovery/operator_model=human_like", "recovery.operator_model.reaction_s=0.5")
+    cfg = _compose(
+        "recovery=dagger", "recovery/operator_model=human_like", "recovery.operator_model.reaction_s=0.5"
+    )
     rc = cfg.recovery
     assert rc.name == "dagger" and rc.until == "stage" and rc.operator_model.name == "human_like"
     assert rc.operator_model.reaction_s == 0.5 and rc.operator_model.give_up_far == 0.3
-    assert _compose("recovery/operator_model=human_like", "recovery=operator").recovery.operator_model.name == "human_like"
+    assert (
+        _compose("recovery/operator_model=human_like", "recovery=operator").recovery.operator_model.name
+        == "human_like"
+    )
     from rewind.scripts.loop import main
 
-    for bad, message in (("recovery/operator_model=sloppy", "valid: human_like, perfect"),
-                         ("recovery.operator_model.name=sloppy", "must be one of [perfect, human_like]"),
-                         ("recovery.operator_model=human_like", "recovery.operator_model=human_like"),
-                         ("recovery.operator_model.give_up_far=2", "give_up_far must be in [0, 1]")):  # fmt: skip
+    for bad, message in (
+        ("recovery/operator_model=sloppy", "valid: human_like, perfect"),
+        ("recovery.operator_model.name=sloppy", "must be one of [perfect, human_like]"),
+        ("recovery.operator_model=human_like", "recovery.operator_model=human_like"),
+        ("recovery.operator_model.give_up_far=2", "give_up_far must be in [0, 1]"),
+    ):
         assert run_cli(main, [f"out_dir={tmp_path / 'bad'}", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
@@ -54,8 +61,17 @@ def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_run, tmp_path
     env = make_env("lift", max_steps=60)
     loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     model = {"name": "human_like", "give_up_near": 0.5, "give_up_far": 0.5, "overhead_s": 1.0}
-    cfg = to_dataclass({"name": "dagger", "stall_steps": 8, "max_interventions": 3, "max_correction_steps": 30,
-                        "after": "handback", "operator_model": model}, RecoveryConfig)  # fmt: skip
+    cfg = to_dataclass(
+        {
+            "name": "dagger",
+            "stall_steps": 8,
+            "max_interventions": 3,
+            "max_correction_steps": 30,
+            "after": "handback",
+            "operator_model": model,
+        },
+        RecoveryConfig,
+    )
     source = make_source(cfg, "lift")
     prepared = source.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path, 1))
     assert prepared["demo_distance"]["states"] > 0 and isinstance(source.operator, HumanLikeOperator)
@@ -76,7 +92,9 @@ def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_run, tmp_path
     assert sum(r.labels.count("correction") for r in recs) == steps
     for rec in recs:  # each takeover starts with 5 hold steps, labelled correction like the rest
         labels = rec.labels
-        starts = [i for i in range(len(labels)) if labels[i] == "correction" and labels[i - 1] != "correction"]
+        starts = [
+            i for i in range(len(labels)) if labels[i] == "correction" and labels[i - 1] != "correction"
+        ]
         for i in starts:
             assert all(np.all(s.action[:4] == 0) for s in rec.steps[i : i + 5])
     assert sum(o.failed_interventions for o in outs) >= stats.give_ups

@@ -57,8 +57,16 @@ def test_lineage_writes_and_reads_typed_records(tmp_path: Path) -> None:
 
 
 def test_an_uncalibrated_round_round_trips() -> None:
-    node = {**OLD[0], "calibration": {"episodes": 3, "successes": 0, "alpha_requested": 0.2, "calibrated": False,
-                                      "reason": "no successful rollout"}}  # fmt: skip
+    node = {
+        **OLD[0],
+        "calibration": {
+            "episodes": 3,
+            "successes": 0,
+            "alpha_requested": 0.2,
+            "calibrated": False,
+            "reason": "no successful rollout",
+        },
+    }
     rec = RoundRecord.from_json(node)
     assert rec.calibration.alpha is None and rec.calibration.reason == "no successful rollout"
     assert rec.to_json()["calibration"] == node["calibration"]

@@ -35,11 +35,27 @@ def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tmp_path, capsys) -
     loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     env.close()
     cal_dir = tmp_path / "cal"
-    Calibration("tide", 0.5, 1, 1e-12, loaded.weights_hash, score_params={"dims": None}, env="lift",
-                n_action_steps=loaded.policy.n_action_steps).save(cal_dir)  # fmt: skip
+    Calibration(
+        "tide",
+        0.5,
+        1,
+        1e-12,
+        loaded.weights_hash,
+        score_params={"dims": None},
+        env="lift",
+        n_action_steps=loaded.policy.n_action_steps,
+    ).save(cal_dir)
     store = tmp_path / "rollouts"
-    args = [*_common(tiny_run), "episodes=2", "monitor=tide", f"monitor.calibration={cal_dir}", "rewind=restore",
-            "rewind.max_rewinds=2", f"store_out={store}", "wandb.mode=disabled"]  # fmt: skip
+    args = [
+        *_common(tiny_run),
+        "episodes=2",
+        "monitor=tide",
+        f"monitor.calibration={cal_dir}",
+        "rewind=restore",
+        "rewind.max_rewinds=2",
+        f"store_out={store}",
+        "wandb.mode=disabled",
+    ]
     assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev'}"]) == 0
     summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
     assert summary["monitor"]["rewinds"] == 4 and summary["monitor"]["rewind"]["mode"] == "restore"

@@ -22,11 +22,13 @@ def rewound_store(tiny_run, tmp_path_factory):
     env = make_env("lift")
     loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     dim = loaded.policy.feature_dim
-    lib = CheckpointLibrary(["a"], np.ones((1, dim), np.float32), np.zeros(dim, np.float32), "stage",
-                            loaded.weights_hash, [1])  # fmt: skip
+    lib = CheckpointLibrary(
+        ["a"], np.ones((1, dim), np.float32), np.zeros(dim, np.float32), "stage", loaded.weights_hash, [1]
+    )
     tracker = CheckpointTracker(lib)
-    ep = MonitoredEpisode(env, loaded.policy, None, tracker, RewindConfig(),
-                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ep = MonitoredEpisode(
+        env, loaded.policy, None, tracker, RewindConfig(), generator=torch.Generator().manual_seed(0)
+    )
     rec = EpisodeRecording(pre_intervention_steps=0)
     ep.on_step = rec.add
     ep.reset(2)

@@ -28,8 +28,14 @@ def _always_alarm(loaded) -> Monitor:
 
 def test_restore_rewind_returns_to_the_exact_start(parts) -> None:
     env, loaded = parts
-    ep = MonitoredEpisode(env, loaded.policy, _always_alarm(loaded), None, RewindConfig(max_rewinds=2),
-                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ep = MonitoredEpisode(
+        env,
+        loaded.policy,
+        _always_alarm(loaded),
+        None,
+        RewindConfig(max_rewinds=2),
+        generator=torch.Generator().manual_seed(0),
+    )
     obs0 = {k: v.copy() for k, v in ep.reset(5).items()}
     steps = 0
     while ep.log.rewinds == 0:
@@ -94,8 +100,14 @@ def test_library_similarity_peaks_at_the_labelled_step(parts, tiny_run) -> None:
 
 def test_rewind_to_a_chosen_checkpoint(parts) -> None:
     env, loaded = parts
-    lib = CheckpointLibrary(["a"], np.ones((1, loaded.policy.feature_dim), np.float32),
-                            np.zeros(loaded.policy.feature_dim, np.float32), "stage", loaded.weights_hash, [1])  # fmt: skip
+    lib = CheckpointLibrary(
+        ["a"],
+        np.ones((1, loaded.policy.feature_dim), np.float32),
+        np.zeros(loaded.policy.feature_dim, np.float32),
+        "stage",
+        loaded.weights_hash,
+        [1],
+    )
     tracker = CheckpointTracker(lib)
     ep = MonitoredEpisode(env, loaded.policy, None, tracker, RewindConfig())
     ep.reset(1)

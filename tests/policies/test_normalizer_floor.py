@@ -11,8 +11,9 @@ from rewind.policies.normalizer import Normalizer
 def _quat_like(rng: np.random.Generator) -> np.ndarray:
     """Upright cubes turning about z: w and z sweep [-1, 1]-ish, x and y stay within 1e-3."""
     yaw = rng.uniform(-np.pi, np.pi, 300)
-    q = np.stack([np.cos(yaw / 2), rng.uniform(-1e-3, 1e-3, 300), rng.uniform(-1e-3, 1e-3, 300),
-                  np.sin(yaw / 2)], 1)  # fmt: skip
+    q = np.stack(
+        [np.cos(yaw / 2), rng.uniform(-1e-3, 1e-3, 300), rng.uniform(-1e-3, 1e-3, 300), np.sin(yaw / 2)], 1
+    )
     return np.abs(q) * np.sign(q[:, :1] + 1e-9)
 
 

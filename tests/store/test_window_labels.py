@@ -25,8 +25,10 @@ def _buffer() -> ReplayBuffer:
 
 def _by_anchor(sampler: WindowSampler) -> dict[int, dict[str, np.ndarray]]:
     batch = sampler.get(np.arange(len(sampler)))
-    return {int(t): {k: batch[k][i] for k in ("action", "action_mask", "source")} for i, t in
-            enumerate(batch["t"])}  # fmt: skip
+    return {
+        int(t): {k: batch[k][i] for k in ("action", "action_mask", "source")}
+        for i, t in enumerate(batch["t"])
+    }
 
 
 def test_intervention_windows_stop_at_the_hand_back() -> None:
@@ -57,8 +59,13 @@ def test_ignore_mode_supervises_every_step() -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [{"segment_starts": [3, 5]}, {"segment_starts": [0, 5, 5]}, {"segment_starts": [0, 40]},
-     {"segment_starts": [0, 5], "undone_segments": [2]}, {"segment_starts": "0,5"}],  # fmt: skip
+    [
+        {"segment_starts": [3, 5]},
+        {"segment_starts": [0, 5, 5]},
+        {"segment_starts": [0, 40]},
+        {"segment_starts": [0, 5], "undone_segments": [2]},
+        {"segment_starts": "0,5"},
+    ],
 )
 def test_malformed_segments_name_the_episode(extra) -> None:
     with pytest.raises(StoreError, match="episode 7: extra.segment_starts"):
@@ -68,7 +75,10 @@ def test_malformed_segments_name_the_episode(extra) -> None:
 def test_segments_default_to_the_whole_episode() -> None:
     assert episode_segments(20, {}) == [(0, 20, False)]
     assert episode_segments(20, {"segment_starts": [0, 4, 9], "undone_segments": [1]}) == [
-        (0, 4, False), (4, 9, True), (9, 20, False)]  # fmt: skip
+        (0, 4, False),
+        (4, 9, True),
+        (9, 20, False),
+    ]
 
 
 def test_default_keeps_every_in_unit_step() -> None:

@@ -45,9 +45,20 @@ def _browser():  # noqa: ANN202 (selenium types)
 
 def _start_server(tmp_path: Path, weights: Path, calibration: Path) -> tuple[subprocess.Popen, str]:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"policy_path={weights}",
-            f"calibration={calibration}", f"store={tmp_path / 'store'}", "port=0", f"out_dir={out}",
-            "max_episodes=1", "pre_intervention_steps=2", "num_threads=1"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "rewind.scripts.teleop",
+        "env=lift",
+        f"policy_path={weights}",
+        f"calibration={calibration}",
+        f"store={tmp_path / 'store'}",
+        "port=0",
+        f"out_dir={out}",
+        "max_episodes=1",
+        "pre_intervention_steps=2",
+        "num_threads=1",
+    ]
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa"), "REWIND_TELEOP_TOKEN": TOKEN}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 90
@@ -63,7 +74,8 @@ def _start_server(tmp_path: Path, weights: Path, calibration: Path) -> tuple[sub
 
 @pytest.mark.skipif(
     not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-    reason="chromium / chromium-driver not installed (apt-get install chromium chromium-driver; .ci/run does)",
+    reason="chromium / chromium-driver not installed "
+    "(apt-get install chromium chromium-driver; .ci/run does)",
 )
 def test_alarm_rewind_correct_commit_in_browser(
     tmp_path: Path, tiny_weights: Path, alarm_calibration: Path

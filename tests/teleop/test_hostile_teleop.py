@@ -82,10 +82,16 @@ LOOPBACK_MATRIX = [
     ("rebinding GET /stream.mjpg", _request("GET", "/stream.mjpg", [], host=f"{EVIL}:{{port}}"), 421),
     ("rebinding GET /api/events", _request("GET", "/api/events", [], host=f"{EVIL}:{{port}}"), 421),
     ("rebinding GET /static/app.js", _request("GET", "/static/app.js", [], host=f"{EVIL}:{{port}}"), 421),
-    ("rebinding POST input", _post("/api/input", INPUT, f"Origin: http://{EVIL}:{{port}}",
-                                   host=f"{EVIL}:{{port}}"), 421),  # fmt: skip
-    ("rebinding POST end", _post("/api/command", CMD_END, f"Origin: http://{EVIL}:{{port}}",
-                                 host=f"{EVIL}:{{port}}"), 421),  # fmt: skip
+    (
+        "rebinding POST input",
+        _post("/api/input", INPUT, f"Origin: http://{EVIL}:{{port}}", host=f"{EVIL}:{{port}}"),
+        421,
+    ),
+    (
+        "rebinding POST end",
+        _post("/api/command", CMD_END, f"Origin: http://{EVIL}:{{port}}", host=f"{EVIL}:{{port}}"),
+        421,
+    ),
     ("Host without port", _request("GET", "/api/state", [], host="127.0.0.1"), 421),
     ("Host with another port", _request("GET", "/api/state", [], host="127.0.0.1:1"), 421),
     ("Host an address of the LAN", _request("GET", "/api/state", [], host="192.168.1.5:{port}"), 421),
@@ -96,13 +102,31 @@ LOOPBACK_MATRIX = [
     ("Origin null", _post("/api/command", CMD_END, "Origin: null"), 403),
     ("Origin with https", _post("/api/input", INPUT, "Origin: https://127.0.0.1:{port}"), 403),
     ("Origin on another port", _post("/api/input", INPUT, "Origin: http://127.0.0.1:1"), 403),
-    ("POST as text/plain", _request("POST", "/api/command", ["Content-Type: text/plain",
-                                    f"Content-Length: {len(CMD_END)}"], CMD_END), 415),  # fmt: skip
-    ("POST as a form", _request("POST", "/api/input", ["Content-Type: application/x-www-form-urlencoded",
-                                "Content-Length: 3"], b"a=b"), 415),  # fmt: skip
+    (
+        "POST as text/plain",
+        _request(
+            "POST", "/api/command", ["Content-Type: text/plain", f"Content-Length: {len(CMD_END)}"], CMD_END
+        ),
+        415,
+    ),
+    (
+        "POST as a form",
+        _request(
+            "POST",
+            "/api/input",
+            ["Content-Type: application/x-www-form-urlencoded", "Content-Length: 3"],
+            b"a=b",
+        ),
+        415,
+    ),
     ("no Content-Length", _request("POST", "/api/input", [JSON], INPUT), 411),
-    ("chunked body", _request("POST", "/api/input", [JSON, "Transfer-Encoding: chunked"],
-                              b"12\r\n" + INPUT + b"\r\n0\r\n\r\n"), 411),  # fmt: skip
+    (
+        "chunked body",
+        _request(
+            "POST", "/api/input", [JSON, "Transfer-Encoding: chunked"], b"12\r\n" + INPUT + b"\r\n0\r\n\r\n"
+        ),
+        411,
+    ),
     ("Content-Length -1", _sized("-1"), 400),
     ("Content-Length not a number", _sized("ten"), 400),
     ("Content-Length 1e3", _sized("1e3"), 400),
@@ -129,11 +153,21 @@ TOKEN_MATRIX = [
     ("wrong token header", _request("GET", "/api/state", ["X-Teleop-Token: guess"]), 403),
     ("token of another length", _request("GET", "/api/state", [f"X-Teleop-Token: {TOKEN}x"]), 403),
     ("no token on a POST", _post("/api/command", CMD_END), 403),
-    ("foreign Origin with the token", _post("/api/command", CMD_END, f"X-Teleop-Token: {TOKEN}",
-                                            f"Origin: http://{EVIL}"), 403),  # fmt: skip
-    ("text/plain with the token", _request("POST", "/api/command", ["Content-Type: text/plain",
-                                           f"X-Teleop-Token: {TOKEN}", "Content-Length: 2"], b"{}"),
-     415),  # fmt: skip
+    (
+        "foreign Origin with the token",
+        _post("/api/command", CMD_END, f"X-Teleop-Token: {TOKEN}", f"Origin: http://{EVIL}"),
+        403,
+    ),
+    (
+        "text/plain with the token",
+        _request(
+            "POST",
+            "/api/command",
+            ["Content-Type: text/plain", f"X-Teleop-Token: {TOKEN}", "Content-Length: 2"],
+            b"{}",
+        ),
+        415,
+    ),
     ("Content-Length -1 with the token", _sized("-1", f"X-Teleop-Token: {TOKEN}"), 400),
 ]
 
@@ -195,8 +229,10 @@ def test_loopback_names_and_own_origin_are_served(loopback: TeleopServer) -> Non
 def test_rebinding_attack_commits_nothing(loopback: TeleopServer, tmp_path: Path) -> None:
     """The reported attack: a page on evil.example, resolved to 127.0.0.1, drives and commits."""
     port, headers = loopback.port, (f"Origin: http://{EVIL}:{{port}}",)
-    codes = [_exchange(port, _post("/api/input", INPUT, *headers, host=f"{EVIL}:{{port}}")(port))[0]
-             for _ in range(15)]  # fmt: skip
+    codes = [
+        _exchange(port, _post("/api/input", INPUT, *headers, host=f"{EVIL}:{{port}}")(port))[0]
+        for _ in range(15)
+    ]
     codes.append(_exchange(port, _post("/api/command", CMD_END, *headers, host=f"{EVIL}:{{port}}")(port))[0])
     assert set(codes) == {421}
     _assert_untouched(loopback, tmp_path / "store")

@@ -128,8 +128,9 @@ def test_publish_crash_pauses_keeps_episode_and_commits(tmp_path: Path) -> None:
 
 def test_dead_simulation_thread_writes_the_episode_and_fails(tmp_path: Path) -> None:
     session = _session(_Doomed, tmp_path, step_when_idle=True)
-    cfg = TeleopConfig(out_dir=str(tmp_path / "run"), store=str(tmp_path / "store"), port=0,
-                       view=ViewConfig(image_size=64))  # fmt: skip
+    cfg = TeleopConfig(
+        out_dir=str(tmp_path / "run"), store=str(tmp_path / "store"), port=0, view=ViewConfig(image_size=64)
+    )
     (tmp_path / "run").mkdir()
     expected = r"crashed \(RuntimeError: injected: cannot even pause\).*episode 0"
     with pytest.raises(TeleopCrashed, match=expected):
@@ -153,8 +154,11 @@ def test_token_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_token("abc", None) == ("abc", "token")  # an explicit setting wins
     cfg = TeleopConfig(out_dir=str(tmp_path), store=str(tmp_path / "s"), host="0.0.0.0")
     assert cfg.token == "from-env"  # enough for a non-loopback host
-    cases = [("abc", str(secret), "not both"), (None, str(tmp_path / "nope"), "token_file does not exist"),
-             ("a b", None, "printable ASCII")]  # fmt: skip
+    cases = [
+        ("abc", str(secret), "not both"),
+        (None, str(tmp_path / "nope"), "token_file does not exist"),
+        ("a b", None, "printable ASCII"),
+    ]
     (tmp_path / "empty").write_text("\n")
     cases.append((None, str(tmp_path / "empty"), "is empty"))
     for token, token_file, message in cases:
@@ -167,8 +171,18 @@ def test_token_never_reaches_logs_or_files(tmp_path: Path) -> None:
     """token= on the command line (the worst case), debug logging on, a request carrying the token
     in its URL: neither the output, run.log nor any file of out_dir contains it."""
     token, out = "tok-3f9a1c77", tmp_path / "run"
-    args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"store={tmp_path / 'store'}",
-            "port=0", f"out_dir={out}", "max_episodes=1", "view.image_size=64", f"token={token}"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "rewind.scripts.teleop",
+        "env=lift",
+        f"store={tmp_path / 'store'}",
+        "port=0",
+        f"out_dir={out}",
+        "max_episodes=1",
+        "view.image_size=64",
+        f"token={token}",
+    ]
     env = {**os.environ, "RWD_LOG_LEVEL": "DEBUG"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -214,8 +228,10 @@ def test_busy_port_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code = run_cli(teleop_main, [f"out_dir={tmp_path / 'run'}", f"store={tmp_path / 's'}", f"port={port}",
-                                     "view.image_size=64"])  # fmt: skip
+        code = run_cli(
+            teleop_main,
+            [f"out_dir={tmp_path / 'run'}", f"store={tmp_path / 's'}", f"port={port}", "view.image_size=64"],
+        )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
@@ -227,10 +243,20 @@ def test_busy_port_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) ends the command with status 0; the unfinished episode is not written."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "rewind.scripts.teleop", "env=lift", f"store={tmp_path / 'store'}",
-            "port=0", f"out_dir={out}", "view.image_size=64", "step_when_idle=true"]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_sigint)  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "rewind.scripts.teleop",
+        "env=lift",
+        f"store={tmp_path / 'store'}",
+        "port=0",
+        f"out_dir={out}",
+        "view.image_size=64",
+        "step_when_idle=true",
+    ]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint
+    )
     try:
         assert _until(lambda: (out / "server.json").exists() or proc.poll() is not None, polls=1800)
         proc.send_signal(signal.SIGINT)

@@ -125,8 +125,11 @@ def _flip_weights_byte(meta: dict[str, Any], folder: Path) -> None:
 
 #: (case, edit of config.json / the folder, words the message must contain)
 WEIGHTS_CASES: list[tuple[str, Callable[[dict[str, Any], Path], None], str]] = [
-    ("unknown policy_type", _set("policy_type", value="nope"),
-     "unknown policy_type 'nope'; valid: act, diffusion, flow"),
+    (
+        "unknown policy_type",
+        _set("policy_type", value="nope"),
+        "unknown policy_type 'nope'; valid: act, diffusion, flow",
+    ),
     ("policy_type not a string", _set("policy_type", value=["diffusion"]), "policy_type must be a string"),
     ("policy_type missing", _drop("policy_type"), "policy_type: missing"),
     ("format_version a string", _set("format_version", value="1"), "format_version '1'"),
@@ -136,35 +139,68 @@ WEIGHTS_CASES: list[tuple[str, Callable[[dict[str, Any], Path], None], str]] = [
     ("horizon a string", _set("config", "horizon", value="abc"), "horizon must be int; got 'abc' (str)"),
     ("horizon a float", _set("config", "horizon", value=8.5), "horizon must be int; got 8.5"),
     ("horizon a bool", _set("config", "horizon", value=True), "horizon must be int; got True"),
-    ("negative n_obs_steps", _set("config", "n_obs_steps", value=-1),
-     "n_obs_steps must be in [1, None]; got -1"),
+    (
+        "negative n_obs_steps",
+        _set("config", "n_obs_steps", value=-1),
+        "n_obs_steps must be in [1, None]; got -1",
+    ),
     ("null n_obs_steps", _set("config", "n_obs_steps", value=None), "n_obs_steps must be int; got None"),
     ("obs_keys a string", _set("config", "obs_keys", value="eef_pos"), "obs_keys must be a list of str"),
     ("down_dims nested", _set("config", "down_dims", value=[[16]]), "down_dims must be a list of int"),
     ("n_groups zero", _set("config", "n_groups", value=0), "n_groups must divide every entry of down_dims"),
-    ("ema_decay infinite", _set("config", "ema_decay", value=float("inf")),
-     "ema_decay must be a finite number"),
-    ("obs_clip nan", _set("config", "obs_clip", value=float("nan")),
-     "obs_clip must be a finite number or null"),
+    (
+        "ema_decay infinite",
+        _set("config", "ema_decay", value=float("inf")),
+        "ema_decay must be a finite number",
+    ),
+    (
+        "obs_clip nan",
+        _set("config", "obs_clip", value=float("nan")),
+        "obs_clip must be a finite number or null",
+    ),
     ("shape_meta missing", _drop("shape_meta"), "shape_meta: missing"),
-    ("shape_meta.obs a list", _set("shape_meta", "obs", value=[]),
-     "shape_meta.obs must be a non-empty JSON object"),
-    ("negative obs shape", _set("shape_meta", "obs", OBS_KEY, "shape", value=[-3]),
-     f"shape_meta.obs.{OBS_KEY}.shape must be a list of positive ints"),
-    ("action_dim a string", _set("shape_meta", "action_dim", value="7"),
-     "shape_meta.action_dim must be a positive int"),
-    ("action_dim null", _set("shape_meta", "action_dim", value=None),
-     "shape_meta.action_dim must be a positive int"),
-    ("bad dtype", _set("shape_meta", "obs", OBS_KEY, "dtype", value=5),
-     f"shape_meta.obs.{OBS_KEY}.dtype must be a numpy dtype name"),
+    (
+        "shape_meta.obs a list",
+        _set("shape_meta", "obs", value=[]),
+        "shape_meta.obs must be a non-empty JSON object",
+    ),
+    (
+        "negative obs shape",
+        _set("shape_meta", "obs", OBS_KEY, "shape", value=[-3]),
+        f"shape_meta.obs.{OBS_KEY}.shape must be a list of positive ints",
+    ),
+    (
+        "action_dim a string",
+        _set("shape_meta", "action_dim", value="7"),
+        "shape_meta.action_dim must be a positive int",
+    ),
+    (
+        "action_dim null",
+        _set("shape_meta", "action_dim", value=None),
+        "shape_meta.action_dim must be a positive int",
+    ),
+    (
+        "bad dtype",
+        _set("shape_meta", "obs", OBS_KEY, "dtype", value=5),
+        f"shape_meta.obs.{OBS_KEY}.dtype must be a numpy dtype name",
+    ),
     ("huge obs_feature_dim", _set("config", "obs_feature_dim", value=10**9), "weights do not fit the policy"),
-    ("used_obs_keys unknown", _set("used_obs_keys", value=["nope"]),
-     "used_obs_keys ['nope'] are not in shape_meta.obs"),
+    (
+        "used_obs_keys unknown",
+        _set("used_obs_keys", value=["nope"]),
+        "used_obs_keys ['nope'] are not in shape_meta.obs",
+    ),
     ("extra a list", _set("extra", value=[1]), "extra must be a JSON object"),
-    ("sha256 not hex", _set("weights_sha256", value="A" * 64),
-     "weights_sha256 must be 64 lowercase hex digits"),
-    ("weights_file /etc/passwd", _set("weights_file", value="/etc/passwd"),
-     "weights_file '/etc/passwd' is an absolute path"),
+    (
+        "sha256 not hex",
+        _set("weights_sha256", value="A" * 64),
+        "weights_sha256 must be 64 lowercase hex digits",
+    ),
+    (
+        "weights_file /etc/passwd",
+        _set("weights_file", value="/etc/passwd"),
+        "weights_file '/etc/passwd' is an absolute path",
+    ),
     ("weights_file absolute copy", _outside_copy, "is an absolute path; it must name a file inside"),
     ("weights_file ..", _dotdot_copy, "weights_file '../elsewhere.safetensors' contains '..'"),
     ("weights_file a number", _set("weights_file", value=5), "weights_file must be a file name inside"),
@@ -307,36 +343,60 @@ def _hash(name: str, value: str | None) -> Callable[[Path], None]:
 
 #: (case, tampering of a copied run folder, words the message must contain)
 STATE_CASES: list[tuple[str, Callable[[Path], None], str]] = [
-    ("flipped optimizer byte", _flip_byte("optimizer.safetensors"),
-     "optimizer.safetensors: corrupted (sha256 differs"),
+    (
+        "flipped optimizer byte",
+        _flip_byte("optimizer.safetensors"),
+        "optimizer.safetensors: corrupted (sha256 differs",
+    ),
     ("optimizer header byte", _flip_byte("optimizer.safetensors", 0.001), "optimizer.safetensors: corrupted"),
     ("truncated model", _write("model.safetensors", b"\0" * 10), "model.safetensors: corrupted"),
     ("ema missing", lambda run: (_state(run) / "ema.safetensors").unlink(), "ema.safetensors: missing"),
     ("rng junk", _write("rng.safetensors", b"junk"), "rng.safetensors: corrupted"),
     ("state.json not JSON", _write("state.json", b"{oops"), "state.json: unreadable or not valid JSON"),
     ("state.json a list", _write("state.json", b"[]"), "state.json: not a training state"),
-    ("step differs", _edit_state_json(lambda p: p.update(step=20)),
-     "step 20 differs from its folder step_000030"),
+    (
+        "step differs",
+        _edit_state_json(lambda p: p.update(step=20)),
+        "step 20 differs from its folder step_000030",
+    ),
     ("components missing", _edit_state_json(lambda p: p.pop("components")), "'components' is missing"),
-    ("numpy_rng a list", _edit_state_json(lambda p: p.update(numpy_rng=[1])),
-     "'numpy_rng' is missing or not a JSON object"),
-    ("numpy_rng garbage", _edit_state_json(lambda p: p.update(numpy_rng={"bit_generator": "nope"})),
-     "state.json: numpy_rng does not fit this run"),
+    (
+        "numpy_rng a list",
+        _edit_state_json(lambda p: p.update(numpy_rng=[1])),
+        "'numpy_rng' is missing or not a JSON object",
+    ),
+    (
+        "numpy_rng garbage",
+        _edit_state_json(lambda p: p.update(numpy_rng={"bit_generator": "nope"})),
+        "state.json: numpy_rng does not fit this run",
+    ),
     ("optimizer hash altered", _hash("optimizer.safetensors", "0" * 64), "optimizer.safetensors: corrupted"),
     ("model hash dropped", _hash("model.safetensors", None), "model.safetensors: no sha256 recorded"),
     ("hash names a path", _hash("../x.safetensors", "0" * 64), "'../x.safetensors' is not a plain file"),
-    ("resume_signature missing", _edit_state_json(lambda p: p.pop("resume_signature")),
-     "'resume_signature' is missing"),
-    ("nan in optimizer", _rewrite_tensors("optimizer.safetensors", _first_nan),
-     "optimizer.safetensors: non-finite values (nan/inf)"),
-    ("model of another layout", _rewrite_tensors("model.safetensors", _transpose_one),
-     "model.safetensors: does not fit this run"),
+    (
+        "resume_signature missing",
+        _edit_state_json(lambda p: p.pop("resume_signature")),
+        "'resume_signature' is missing",
+    ),
+    (
+        "nan in optimizer",
+        _rewrite_tensors("optimizer.safetensors", _first_nan),
+        "optimizer.safetensors: non-finite values (nan/inf)",
+    ),
+    (
+        "model of another layout",
+        _rewrite_tensors("model.safetensors", _transpose_one),
+        "model.safetensors: does not fit this run",
+    ),
     ("rng symlinked out", _symlinked_rng, "'rng.safetensors' is not a plain file"),
     ("pointer not JSON", _pointer("{"), "last.json: unreadable or not valid JSON"),
     ("pointer path escapes", _pointer('{"step": 30, "path": "../../etc"}'), "last.json: malformed"),
     ("pointer step a string", _pointer('{"step": "30", "path": "step_000030"}'), "last.json: malformed"),
-    ("pointer at missing folder", _pointer('{"step": 50, "path": "step_000050"}'),
-     "points at missing folder step_000050"),
+    (
+        "pointer at missing folder",
+        _pointer('{"step": 50, "path": "step_000050"}'),
+        "points at missing folder step_000050",
+    ),
 ]
 
 
@@ -375,8 +435,11 @@ def test_resume_over_corrupted_optimizer_keeps_the_last_good_state(
     assert read_pointer(run / STATE_DIR) == 30
     assert {p.name: p.read_bytes() for p in _state(run).iterdir()} == files
     assert sorted(p.name for p in (run / WEIGHTS_DIR).iterdir()) == [
-        "last.json", "step_000010", "step_000020", "step_000030",
-    ]  # fmt: skip
+        "last.json",
+        "step_000010",
+        "step_000020",
+        "step_000030",
+    ]
 
 
 def test_saved_training_state_records_and_passes_its_hashes(made: dict[str, Path]) -> None:

@@ -17,9 +17,21 @@ from rewind.scripts.train import main as train_main
 from rewind.train import policy_config
 
 EVAL_FIELDS = {
-    "episodes", "successes", "success_rate", "success_ci95", "stage_names", "max_stage_histogram",
-    "mean_length", "sim_errors", "records", "env", "policy_path", "policy_version", "seed", "videos",
-}  # fmt: skip
+    "episodes",
+    "successes",
+    "success_rate",
+    "success_ci95",
+    "stage_names",
+    "max_stage_histogram",
+    "mean_length",
+    "sim_errors",
+    "records",
+    "env",
+    "policy_path",
+    "policy_version",
+    "seed",
+    "videos",
+}
 RECORD_FIELDS = {"seed", "success", "length", "last_stage", "max_stage", "sim_error"}
 
 
@@ -36,8 +48,11 @@ def test_train_then_eval(tmp_path: Path, store: Path, policy: str) -> None:
     assert summary["policy"] == policy and summary["steps"] == 30
     assert summary["final_val_loss"] is not None
     assert sorted(p.name for p in (run / "weights").iterdir()) == [
-        "last.json", "step_000010", "step_000020", "step_000030",
-    ]  # fmt: skip
+        "last.json",
+        "step_000010",
+        "step_000020",
+        "step_000030",
+    ]
     assert json.loads((run / "weights" / "last.json").read_text())["step"] == 30
     weights_meta = json.loads((run / "weights" / "step_000030" / "config.json").read_text())
     extra = weights_meta["extra"]

@@ -28,8 +28,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with ReplayStore.open(a) as src, ReplayStore.create(root / "b", src.spec) as dst:
         for info in src.episodes():
             ep = src.load(info.id)
-            dst.add_episode(ep.obs, ep.actions * 0.5, ep.states, ["correction"] * info.length,
-                            meta={"seed": info.seed, "success": True})  # fmt: skip
+            dst.add_episode(
+                ep.obs,
+                ep.actions * 0.5,
+                ep.states,
+                ["correction"] * info.length,
+                meta={"seed": info.seed, "success": True},
+            )
     torch_threads = torch.get_num_threads()
     run_train(train_config(root / "parent", a, train=SHORT))
     torch.set_num_threads(torch_threads)
@@ -95,7 +100,9 @@ def test_init_lineage_in_the_saved_weights(tmp_path: Path, stores: dict[str, Pat
     ]
 
 
-def test_init_accepts_weights_saved_before_a_config_field_existed(tmp_path: Path, stores: dict[str, Path]) -> None:
+def test_init_accepts_weights_saved_before_a_config_field_existed(
+    tmp_path: Path, stores: dict[str, Path]
+) -> None:
     """An older ``config.json`` lacks fields added since (here ``obs_clip``); loading it gives their
     defaults, so it equals today's default config, and a non-default value is still refused."""
     import json
@@ -130,8 +137,16 @@ def test_init_refuses_another_policy_config(tmp_path: Path, stores: dict[str, Pa
 
 
 def test_mixed_sampler_draws_the_shares(stores: dict[str, Path]) -> None:
-    cfg = train_config(Path("/tmp/unused"), stores["a"], data={"path": str(stores["a"]), "extra_paths": [str(stores["b"])],
-                       "mix": [0.2, 0.8], "val_fraction": 0.0}).data  # fmt: skip
+    cfg = train_config(
+        Path("/tmp/unused"),
+        stores["a"],
+        data={
+            "path": str(stores["a"]),
+            "extra_paths": [str(stores["b"])],
+            "mix": [0.2, 0.8],
+            "val_fraction": 0.0,
+        },
+    ).data
     data = load_data(cfg, 2, 8, seed=0, env_id="rewind/Lift-v0")
     assert isinstance(data.train, MixedSampler)
     sources = np.concatenate([data.train.sample(64)["source"][:, 1] for _ in range(50)])
