@@ -26,7 +26,7 @@ import numpy as np
 
 from rewind.envs.robosuite import BY_ROBOSUITE_NAME, GYM_IDS
 from rewind.envs.robosuite.controller import UnsupportedEnvMeta
-from rewind.envs.robosuite.env import _FORCED, RobosuiteEnv
+from rewind.envs.robosuite.env import FORCED_KWARGS, RobosuiteEnv
 from rewind.envs.robosuite.operators import make_operator
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def env_from_meta(env_meta: dict[str, Any], **kwargs: Any) -> RobosuiteEnv:
     version = str(env_meta.get("env_version", "unknown"))
     if not version.startswith("1.5"):
         logger.warning("the dataset was made with robosuite %s; replaying it on 1.5.2 may diverge", version)
-    env_kwargs = {k: v for k, v in env_meta.get("env_kwargs", {}).items() if k not in _FORCED}
+    env_kwargs = {k: v for k, v in env_meta.get("env_kwargs", {}).items() if k not in FORCED_KWARGS}
     return RobosuiteEnv(BY_ROBOSUITE_NAME[name], env_kwargs=env_kwargs, **kwargs)
 
 
@@ -73,7 +73,7 @@ def env_meta_of(env: RobosuiteEnv) -> dict[str, Any]:
     """robomimic's ``env_meta`` for ``env`` (what :func:`env_from_meta` reads back)."""
     import robosuite  # noqa: PLC0415 - optional extra, present whenever an env exists
 
-    kwargs = {k: v for k, v in env.env_kwargs.items() if k not in _FORCED}
+    kwargs = {k: v for k, v in env.env_kwargs.items() if k not in FORCED_KWARGS}
     kwargs["robots"] = [kwargs["robots"]]
     return {"env_name": env.task.env_name, "env_version": robosuite.__version__, "type": ROBOSUITE_ENV_TYPE,
             "env_kwargs": kwargs}  # fmt: skip

@@ -45,7 +45,7 @@ _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BAD_WARNINGS = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
                                             mujoco.mjtWarning.mjWARN_BADQVEL)])  # fmt: skip
 #: robosuite kwargs the adapter sets itself (low-dim, headless, no hard resets, episode end by rewind).
-_FORCED = ("has_renderer", "has_offscreen_renderer", "use_camera_obs", "ignore_done", "hard_reset", "seed")
+FORCED_KWARGS = ("has_renderer", "has_offscreen_renderer", "use_camera_obs", "ignore_done", "hard_reset", "seed")
 _DEFAULTS: dict[str, Any] = {"control_freq": 20, "reward_shaping": False, "use_object_obs": True}
 
 
@@ -75,7 +75,7 @@ class RobosuiteSnapshot:
             raise ValueError("RobosuiteSnapshot.physics must be a read-only array")
 
 
-def robosuite_kwargs(task: str, robot: str, controller_configs: dict | None, env_kwargs: dict | None,
+def robosuite_kwargs(robot: str, controller_configs: dict | None, env_kwargs: dict | None,
                      model_seed: int) -> dict[str, Any]:  # fmt: skip
     """The kwargs for ``robosuite.make``: defaults, then ``env_kwargs``, then the adapter's forced ones."""
     kwargs = {**_DEFAULTS, **(env_kwargs or {})}
@@ -119,7 +119,7 @@ class RobosuiteEnv(gym.Env):
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1; got {self.max_steps}")
         self.stage_names = self.task.stage_names
-        self.env_kwargs = robosuite_kwargs(self.task.name, robot, controller_configs, env_kwargs, model_seed)
+        self.env_kwargs = robosuite_kwargs(robot, controller_configs, env_kwargs, model_seed)
         self.rs = suite.make(self.task.env_name, **self.env_kwargs)
         self.render_mode, self._camera, self._image_size = render_mode, camera, int(image_size)
         self._renderer: mujoco.Renderer | None = None

@@ -19,7 +19,7 @@ from rewind.envs.robosuite.env import RobosuiteEnv
 #: OSC_POSE's default output scale: metres and radians per step at |a| = 1.
 POS_SCALE = 0.05
 ORI_SCALE = 0.5
-#: The grip site's orientation at yaw 0: fingers closing along world y... pointing down (z -> -z).
+#: The grip site's orientation at yaw pi/2 (robosuite's start): its z axis points down.
 _DOWN = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 OPEN, CLOSE = -1.0, 1.0
 
@@ -100,8 +100,7 @@ class RobosuiteOperator:
             z = hover_z if xy_err > 0.02 else max(grip[2], grasp_z)
             return self.move_to(env, [obj[0], obj[1], z], yaw, OPEN)
         if grip[2] > grasp_z + 0.008:
-            grip_cmd = OPEN if opening < width + 0.01 or grip[2] > grasp_z + 0.03 else OPEN
-            return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, grip_cmd)
+            return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, OPEN)
         return self.move_to(env, [obj[0], obj[1], grasp_z], yaw, CLOSE)
 
 
