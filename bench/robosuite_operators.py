@@ -36,9 +36,19 @@ def main() -> None:
         t0 = time.perf_counter()
         seeds = range(args.episodes)
         reset, takeover = summarize(run_from_reset(task, seeds)), summarize(run_takeover(task, seeds))
-        report["tasks"][task] = {"from_reset": reset, "takeover": takeover, "wall_s": round(time.perf_counter() - t0)}
-        log.info("%s: from reset %d/%d, takeover %d/%d", task, reset["successes"], reset["episodes"],
-                 takeover["successes"], takeover["episodes"])  # fmt: skip
+        report["tasks"][task] = {
+            "from_reset": reset,
+            "takeover": takeover,
+            "wall_s": round(time.perf_counter() - t0),
+        }
+        log.info(
+            "%s: from reset %d/%d, takeover %d/%d",
+            task,
+            reset["successes"],
+            reset["episodes"],
+            takeover["successes"],
+            takeover["episodes"],
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.out)

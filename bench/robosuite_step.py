@@ -81,8 +81,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "robosuite_step.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    report: dict[str, Any] = {"blocks": args.blocks, "steps": args.steps, "machine": platform.processor() or
-                              platform.machine(), "tasks": {}}  # fmt: skip
+    report: dict[str, Any] = {
+        "blocks": args.blocks,
+        "steps": args.steps,
+        "machine": platform.processor() or platform.machine(),
+        "tasks": {},
+    }
     for task in args.tasks:
         report["tasks"][task] = bench_task(task, args.blocks, args.steps, args.restores)
         log.info("%s: %s", task, report["tasks"][task])

@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BAD_WARNINGS = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                                            mujoco.mjtWarning.mjWARN_BADQVEL)])  # fmt: skip
+                                            mujoco.mjtWarning.mjWARN_BADQVEL)])
 #: robosuite kwargs the adapter sets itself (low-dim, headless, no hard resets, episode end by rewind).
 FORCED_KWARGS = ("has_renderer", "has_offscreen_renderer", "use_camera_obs", "ignore_done", "hard_reset", "seed")
 _DEFAULTS: dict[str, Any] = {"control_freq": 20, "reward_shaping": False, "use_object_obs": True}
@@ -76,7 +76,7 @@ class RobosuiteSnapshot:
 
 
 def robosuite_kwargs(robot: str, controller_configs: dict | None, env_kwargs: dict | None,
-                     model_seed: int) -> dict[str, Any]:  # fmt: skip
+                     model_seed: int) -> dict[str, Any]:
     """The kwargs for ``robosuite.make``: defaults, then ``env_kwargs``, then the adapter's forced ones."""
     kwargs = {**_DEFAULTS, **(env_kwargs or {})}
     robots = kwargs.pop("robots", robot)
@@ -85,10 +85,10 @@ def robosuite_kwargs(robot: str, controller_configs: dict | None, env_kwargs: di
         raise UnsupportedEnvMeta(f"robots {robots} are not supported; supported: one of {list(ROBOTS)}")
     kwargs["controller_configs"] = composite_config(kwargs.pop("controller_configs", controller_configs), robots[0])
     for key in ("camera_names", "camera_heights", "camera_widths", "camera_depths", "render_camera",
-                "renderer", "camera_segmentations"):  # fmt: skip
+                "renderer", "camera_segmentations"):
         kwargs.pop(key, None)  # low-dim only: camera settings of an image dataset do not apply
     forced = {"has_renderer": False, "has_offscreen_renderer": False, "use_camera_obs": False,
-              "ignore_done": True, "hard_reset": False, "seed": int(model_seed)}  # fmt: skip
+              "ignore_done": True, "hard_reset": False, "seed": int(model_seed)}
     return {**kwargs, "robots": robots[0], **forced}
 
 
@@ -250,7 +250,7 @@ class RobosuiteEnv(gym.Env):
             observables[name].update(timestep=0.0, obs_cache=cache, force=True)
         obs = {k: np.asarray(cache[k], dtype=np.float32) for k in OBS_KEYS[:3]}
         parts = [np.atleast_1d(cache[n]) for n in self._obs_order if observables[n].modality == "object"
-                 and observables[n].is_active()]  # fmt: skip
+                 and observables[n].is_active()]
         obs["object"] = np.concatenate(parts).astype(np.float32)
         return obs
 

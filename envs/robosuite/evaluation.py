@@ -58,7 +58,7 @@ def run_from_reset(task: str, seeds: Iterable[int], noise: OperatorNoise | None 
         op.reset(np.random.default_rng(int(seed)))
         _, n, info = _episode(env, op.act, env.max_steps)
         records.append({"seed": int(seed), "success": bool(info.get("success")), "length": n,
-                        "final_stage": info.get("stage_name")})  # fmt: skip
+                        "final_stage": info.get("stage_name")})
     env.close()
     return records
 
@@ -94,7 +94,7 @@ def run_takeover(task: str, seeds: Iterable[int], cfg: TakeoverConfig | None = N
         n_prefix = int(rng.integers(cfg.min_prefix, cfg.max_prefix + 1))
         done, _, info = _episode(env, act, n_prefix)
         rec: dict[str, Any] = {"seed": int(seed), "prefix_kind": kind, "prefix_steps": n_prefix,
-                               "done_at_handover": done, "stage_at_handover": info.get("stage_name")}  # fmt: skip
+                               "done_at_handover": done, "stage_at_handover": info.get("stage_name")}
         n = 0
         if not done:
             clean.reset(rng)

@@ -86,7 +86,9 @@ def test_exact_rewind_random_states(env) -> None:
         env.restore(snap)
         second = [(env.step(a)[0], env.physics_state()) for a in actions]
         for t, ((oa, pa), (ob, pb)) in enumerate(zip(first, second, strict=True)):
-            assert obs_equal(oa, ob) and np.array_equal(pa, pb), f"state {i}: differ {t + 1} steps after restore"
+            assert obs_equal(oa, ob) and np.array_equal(pa, pb), (
+                f"state {i}: differ {t + 1} steps after restore"
+            )
 
 
 def test_snapshot_is_immutable_and_restores_twice(env) -> None:

@@ -37,9 +37,13 @@ def test_make_without_the_extra_names_it() -> None:
 
 @pytest.mark.parametrize(
     ("robosuite", "mujoco", "pin"),
-    [("1.4.1", "3.9.0", "robosuite==1.5.2"), ("1.5.3", "3.9.0", "robosuite==1.5.2"),
-     ("1.5.2", "3.10.0", "mujoco>=3.2,<3.10"), ("1.5.2", "3.1.6", "mujoco>=3.2,<3.10")],
-)  # fmt: skip
+    [
+        ("1.4.1", "3.9.0", "robosuite==1.5.2"),
+        ("1.5.3", "3.9.0", "robosuite==1.5.2"),
+        ("1.5.2", "3.10.0", "mujoco>=3.2,<3.10"),
+        ("1.5.2", "3.1.6", "mujoco>=3.2,<3.10"),
+    ],
+)
 def test_versions_outside_the_pin_name_it(robosuite: str, mujoco: str, pin: str) -> None:
     with pytest.raises(RobosuiteUnavailable, match=pin.replace(".", r"\.")):
         check_versions(robosuite, mujoco)
