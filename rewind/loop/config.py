@@ -36,6 +36,8 @@ PERSONS = ("teleop", "scripted")
 FINETUNE_MODES = ("ft", "fs")
 AFTER_MODES = ("end", "handback")
 UNTIL_MODES = ("stage", "task")
+#: ``promotion.rule``: deploy every round's weights, or only those not worse on the selection seeds.
+PROMOTION_RULES = ("always", "not_worse")
 
 
 @dataclass
@@ -222,6 +224,41 @@ class EvalSettings:
 
 
 @dataclass
+class PromotionSettings:
+    """Whether a round's fine-tuned weights replace the deployed policy (a promotion gate).
+
+    ``rule=not_worse`` (the default) first evaluates the candidate on ``episodes`` selection seeds
+    (``seed..``, used for nothing else: not the evaluation, calibration or collection seeds) and
+    deploys it only when its success is at least the deployed policy's minus ``tolerance``; otherwise
+    the round keeps the deployed weights (its data stays in the pool for later rounds) and records the
+    rejected candidate. The control arm passes the same gate against its own deployed policy.
+    ``rule=always`` deploys every round's weights (the loop before the gate existed).
+
+    Attributes:
+        rule: ``always`` or ``not_worse``.
+        episodes: selection episodes per candidate.
+        seed: first selection seed.
+        tolerance: how far (success rate) below the deployed policy a candidate may be and still deploy.
+    """
+
+    rule: str = "not_worse"
+    episodes: int = 100
+    seed: int = 60000
+    tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        check_choice("promotion.rule", self.rule, PROMOTION_RULES)
+        require(self.episodes >= 1, f"promotion.episodes must be >= 1; got {self.episodes}")
+        require(self.seed >= 0, f"promotion.seed must be >= 0; got {self.seed}")
+        require(0.0 <= self.tolerance <= 1.0, f"promotion.tolerance must be in [0, 1]; got {self.tolerance}")
+
+    @property
+    def gated(self) -> bool:
+        """Candidates are evaluated and may be rejected."""
+        return self.rule != "always"
+
+
+@dataclass
 class CalibrationSettings:
     """Calibration of the monitor for every round's weights (as ``rewind-calibrate``).
 
@@ -274,6 +311,7 @@ class LoopConfig(CommandConfig):
     monitor: MonitorConfig = field(default_factory=lambda: MonitorConfig(score="tide", alpha=0.2))
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
+    promotion: PromotionSettings = field(default_factory=PromotionSettings)
     seed: int = 0
     control: bool = True
     device: str = "cpu"

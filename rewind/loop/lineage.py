@@ -58,6 +58,14 @@ def _with_policy_defaults(identity: dict[str, Any]) -> dict[str, Any]:
     return {**identity, "base": {**identity["base"], "policy": {"name": node["name"], **fields}}}
 
 
+def _with_added_keys(saved: Any, now: Any) -> Any:
+    """``saved`` with the keys it lacks taken from ``now``: settings the loop schema gained after
+    ``saved`` was written (a loop started before ``promotion`` existed resumes under today's)."""
+    if not (isinstance(saved, dict) and isinstance(now, dict)):
+        return saved
+    return {**now, **{k: _with_added_keys(v, now.get(k)) for k, v in saved.items()}}
+
+
 def check_identity(out: Path, cfg: Any) -> bool:
     """Write ``loop.json`` on a first start; on a restart refuse a config that differs in a key other
     than :data:`RESUMABLE`. Returns ``True`` when the loop resumes."""
@@ -67,7 +75,9 @@ def check_identity(out: Path, cfg: Any) -> bool:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, now)
         return False
-    changed = changed_keys(_with_policy_defaults(json.loads(path.read_text())), _with_policy_defaults(now))
+    # policy fields added since take their defaults (what loading the weights gives); other new keys today's
+    saved = _with_added_keys(_with_policy_defaults(json.loads(path.read_text())), now)
+    changed = changed_keys(saved, _with_policy_defaults(now))
     if changed:
         raise ConfigError(
             f"out_dir {out} holds a loop started with other settings ({', '.join(changed[:6])}); only "

@@ -122,25 +122,76 @@ class OperatorSteps:
 
 
 @dataclass
+class PromotionOutcome:
+    """The promotion gate's decision on a round's (or its control's) fine-tuned weights.
+
+    ``candidate`` was fine-tuned this round; ``candidate_selection`` and ``deployed_selection`` are its
+    and the previously deployed policy's success on the selection seeds; ``promoted`` says which one
+    the round deploys. A rejected candidate is still evaluated on the evaluation seeds
+    (``candidate_eval``), so the report shows what the gate kept out.
+    """
+
+    rule: str
+    tolerance: float
+    promoted: bool
+    candidate: PolicyRecord
+    candidate_selection: EvalOutcome
+    deployed_selection: EvalOutcome
+    candidate_eval: EvalOutcome | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON mapping (``candidate_eval`` only when set)."""
+        return _omit_none(self, ("candidate_eval",))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> PromotionOutcome:
+        """Inverse of :meth:`to_json`."""
+        out = _build(cls, data, where)
+        out.candidate = _build(PolicyRecord, out.candidate, f"{where}.candidate")
+        for key in ("candidate_selection", "deployed_selection", "candidate_eval"):
+            if getattr(out, key) is not None:
+                setattr(out, key, _build(EvalOutcome, getattr(out, key), f"{where}.{key}"))
+        return out
+
+
+@dataclass
 class ControlRecord:
     """The control arm of a round: the same fine-tuning on the demos alone, evaluated."""
 
     policy: PolicyRecord
     eval: EvalOutcome
+    selection: EvalOutcome | None = None
+    promotion: PromotionOutcome | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON mapping."""
-        return {"policy": self.policy.to_json(), "eval": self.eval.to_json()}
+        """The JSON mapping (``selection`` and ``promotion`` only with a promotion gate)."""
+        out = {"policy": self.policy.to_json(), "eval": self.eval.to_json()}
+        if self.selection is not None:
+            out["selection"] = self.selection.to_json()
+        if self.promotion is not None:
+            out["promotion"] = self.promotion.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> ControlRecord:
         """Inverse of :meth:`to_json`."""
-        if not isinstance(data, dict) or set(data) != {"policy", "eval"}:
-            got = sorted(data) if isinstance(data, dict) else data
-            raise ConfigError(f"{where}: expected the keys eval, policy; got {got!r}")
+        keys = set(data) if isinstance(data, dict) else set()
+        if not isinstance(data, dict) or not {"policy", "eval"} <= keys <= {
+            "policy",
+            "eval",
+            "selection",
+            "promotion",
+        }:
+            raise ConfigError(
+                f"{where}: expected the keys eval, policy (and selection, promotion); got {sorted(data) if isinstance(data, dict) else data!r}"
+            )
+        sel = data.get("selection")
+        prom = data.get("promotion")
         return cls(
             _build(PolicyRecord, data["policy"], f"{where}.policy"),
             _build(EvalOutcome, data["eval"], f"{where}.eval"),
+            None if sel is None else _build(EvalOutcome, sel, f"{where}.selection"),
+            None if prom is None else PromotionOutcome.from_json(prom, f"{where}.promotion"),
         )
 
 
@@ -170,6 +221,8 @@ class RoundRecord:
     collection: dict[str, Any] | None = None
     control: ControlRecord | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
+    selection: EvalOutcome | None = None
+    promotion: PromotionOutcome | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -192,6 +245,10 @@ class RoundRecord:
         out["eval_rewind"] = self.eval_rewind.to_json() if self.eval_rewind else None
         out["operator_steps"] = self.operator_steps.to_json()
         out["timings_s"] = self.timings_s
+        if self.selection is not None:
+            out["selection"] = self.selection.to_json()
+        if self.promotion is not None:
+            out["promotion"] = self.promotion.to_json()
         return out
 
     @classmethod
@@ -218,4 +275,8 @@ class RoundRecord:
             rec.eval_rewind = _build(EvalOutcome, rec.eval_rewind, f"{where}: eval_rewind")
         if rec.control is not None:
             rec.control = ControlRecord.from_json(rec.control, f"{where}: control")  # type: ignore[arg-type]
+        if rec.selection is not None:
+            rec.selection = _build(EvalOutcome, rec.selection, f"{where}: selection")
+        if rec.promotion is not None:
+            rec.promotion = PromotionOutcome.from_json(rec.promotion, f"{where}: promotion")
         return rec

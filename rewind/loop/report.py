@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rewind.loop.record import EvalOutcome, RoundRecord, WaitingForHuman
+from rewind.loop.record import EvalOutcome, PromotionOutcome, RoundRecord, WaitingForHuman
 from rewind.metrics import MetricsLogger
 from rewind.utils.io import atomic_write_json, atomic_write_text
 
@@ -49,7 +49,20 @@ def round_row(rec: RoundRecord) -> dict[str, Any]:
         "control_success": rec.control.eval.success_rate if rec.control else None,
         "alpha_used": rec.calibration.alpha,
         "threshold": rec.calibration.threshold,
+        "promoted": rec.promotion.promoted if rec.promotion else None,
+        "candidate_success": _rejected_success(rec.promotion),
+        "control_promoted": rec.control.promotion.promoted if rec.control and rec.control.promotion else None,
+        "control_candidate_success": _rejected_success(rec.control.promotion if rec.control else None),
     }
+
+
+def _rejected_success(gate: PromotionOutcome | None) -> float | None:
+    """A candidate the promotion gate rejected: its success on the evaluation seeds (else ``None``)."""
+    return gate.candidate_eval.success_rate if gate and gate.candidate_eval else None
+
+
+def _kept(rate: float | None) -> str:
+    return "" if rate is None else f" (kept; rejected candidate {rate:.0%})"
 
 
 def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
@@ -117,10 +130,11 @@ def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
     for r in rows:
         rw = "" if r["success_with_rewind"] is None else f"{r['success_with_rewind']:.0%}"
         ctl = "" if r["control_success"] is None else f"{r['control_success']:.0%}"
+        ctl += _kept(r["control_candidate_success"])
         lines.append(
             f"| {r['round']} | `{r['policy_version']}` | {r['episodes_kept']} | {r['interventions'] or 0} "
             f"| {r['operator_steps_round']} / {r['operator_steps_total']} | {r['success_rate']:.0%} "
-            f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}] | {rw} | {ctl} |"
+            f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}]{_kept(r['candidate_success'])} | {rw} | {ctl} |"
         )
     lines += ["", "Labels of the kept steps per round:", ""]
     lines += [f"* round {r['round']}: {r['labels']}" for r in rows if r["round"] > 0]

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from rewind.config import ConfigError
 from rewind.envs.config import build_env
-from rewind.loop import stages
+from rewind.loop import promotion, stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
 from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
@@ -93,8 +94,6 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         weights = resolve_weights(b.policy_path)
         demos = b.demos_path or read_policy_meta(weights)["extra"].get("store")
         if not demos:
-            from rewind.config import ConfigError
-
             raise ConfigError(f"base.demos_path: the weights {weights} do not name their demo store; set it")
     else:
         with _timed(t, "demos", hook, 0):
@@ -126,6 +125,9 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         operator_steps=OperatorSteps(demos=n_demo, round=0, recovery=0, total=n_demo),
         timings_s=t,
     )
+    if cfg.promotion.gated:
+        with _timed(t, "selection", hook, 0):
+            record.selection = promotion.select(cfg, weights, folder / "selection")
     mark_done(out, 0, record)
     return record
 
@@ -287,10 +289,35 @@ def _control(
         stages.train(tcfg)
     weights = resolve_weights(str(folder / "train"))
     prev = records[-1].control or records[-1]
+    candidate = _policy_record(out, weights, prev.policy.version)
+    gate = None
+    if cfg.promotion.gated:
+        with _timed(t, "control_selection", hook, r):
+            gate = promotion.judge(
+                cfg,
+                candidate,
+                weights,
+                _deployed_selection(cfg, out, prev, round_dir(out, r)),
+                folder,
+                f"round {r} control",
+            )
+        if not gate.promoted:
+            return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
     with _timed(t, "control_eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
     log.info("round %d control (demos only): success %s", r, success_text(ev))
-    return ControlRecord(_policy_record(out, weights, prev.policy.version), ev)
+    return ControlRecord(candidate, ev, gate.candidate_selection if gate else None, gate)
+
+
+def _deployed_selection(
+    cfg: LoopConfig, out: Path, prev: RoundRecord | ControlRecord, folder: Path
+) -> EvalOutcome:
+    """The deployed policy's success on the selection seeds: recorded when it was deployed, or (a loop
+    started before the gate existed, or with ``promotion.rule=always``) measured now into
+    ``folder/deployed_selection``."""
+    if prev.selection is None:
+        prev.selection = promotion.select(cfg, _abs(out, prev.policy.weights), folder / "deployed_selection")
+    return prev.selection
 
 
 def recovery_round(
@@ -319,7 +346,28 @@ def recovery_round(
     }
     demos = str(_abs(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)
-    cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
+    gate = None
+    if cfg.promotion.gated:
+        with _timed(t, "selection", hook, r):
+            gate = promotion.judge(
+                cfg,
+                policy,
+                weights,
+                _deployed_selection(cfg, out, prev, round_dir(out, r)),
+                round_dir(out, r),
+                f"round {r}",
+            )
+    if gate is None or gate.promoted:
+        cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
+        selection = gate.candidate_selection if gate else None
+    else:  # the deployed weights stay: so do their calibration and evaluation
+        policy, cal, ev, evr, selection = (
+            prev.policy,
+            prev.calibration,
+            prev.eval,
+            prev.eval_rewind,
+            prev.selection,
+        )
     spent = int(coll["operator_steps"] or 0)
     ops = prev.operator_steps
     record = RoundRecord(
@@ -334,6 +382,8 @@ def recovery_round(
         eval=ev,
         eval_rewind=evr,
         timings_s=t,
+        selection=selection,
+        promotion=gate,
         operator_steps=OperatorSteps(
             demos=ops.demos, round=spent, recovery=ops.recovery + spent, total=ops.total + spent
         ),

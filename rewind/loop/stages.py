@@ -158,18 +158,26 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
     return out
 
 
-def eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalConfig:
+def eval_config(
+    cfg: LoopConfig,
+    weights: Path,
+    folder: Path,
+    calibration: str | None = None,
+    seeds: tuple[int, int] | None = None,
+) -> EvalConfig:
     """The :class:`EvalConfig` of a round's evaluation: the loop's env node (every option: ``max_steps``,
     ``rgb``, ``image_size``, ``camera``), seeds, device and threads; with ``calibration`` the loop's
-    monitor and test-time rewind (``restore``, at most 3 per episode)."""
+    monitor and test-time rewind (``restore``, at most 3 per episode). ``seeds``: ``(first seed, episodes)``
+    instead of the evaluation seeds."""
     e = cfg.eval
+    seed, episodes = seeds or (e.seed, e.episodes)
     monitored = calibration is not None
     return EvalConfig(
         out_dir=str(folder),
         policy_path=str(weights),
         env=cfg.env,
-        episodes=e.episodes,
-        seed=e.seed,
+        episodes=episodes,
+        seed=seed,
         num_envs=e.num_envs,
         device=cfg.device,
         num_threads=cfg.num_threads,
@@ -180,11 +188,18 @@ def eval_config(cfg: LoopConfig, weights: Path, folder: Path, calibration: str |
     )
 
 
-def evaluate(cfg: LoopConfig, weights: Path, folder: Path, calibration: str | None = None) -> EvalOutcome:
-    """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (with ``calibration``: test-time
-    rewind, ``restore``); returns success, its 95% Wilson interval and the stage histogram."""
+def evaluate(
+    cfg: LoopConfig,
+    weights: Path,
+    folder: Path,
+    calibration: str | None = None,
+    seeds: tuple[int, int] | None = None,
+) -> EvalOutcome:
+    """``rewind-eval`` of ``weights`` on the loop's evaluation seeds (``seeds``: ``(first seed,
+    episodes)`` instead; with ``calibration``: test-time rewind, ``restore``); returns success, its 95%
+    Wilson interval and the stage histogram."""
     folder.mkdir(parents=True, exist_ok=True)
-    summary = run_eval(eval_config(cfg, weights, folder, calibration))
+    summary = run_eval(eval_config(cfg, weights, folder, calibration, seeds))
     keep = ("episodes", "successes", "success_rate", "success_ci95", "max_stage_histogram", "mean_length")
     out = EvalOutcome(**{k: summary[k] for k in keep})
     if "monitor" in summary:

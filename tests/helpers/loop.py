@@ -28,6 +28,7 @@ def loop_node(out: Path, base: dict[str, Path] | None = None, **overrides: Any) 
         "recovery": {"name": "operator", "stall_steps": 10, "max_correction_steps": 40},
         "finetune": {"mode": "ft", "steps": 10, "batch_size": 8, "warmup_steps": 2},
         "calibration": {"episodes": 3, "max_demos": 4},
+        "promotion": {"episodes": 3},
         "eval": {"episodes": 3, "num_envs": 3},
         "control": False,
         "device": "cpu",

@@ -1,0 +1,57 @@
+"""The promotion gate (``promotion.rule=not_worse``): a round's fine-tuned weights are deployed only
+when they are not worse than the deployed policy on the selection seeds.
+
+The selection seeds (``promotion.seed..``) serve nothing else, so the gate never sees the
+evaluation seeds it is judged on. A rejected round keeps the deployed weights, its calibration and
+its evaluation (the same weights on the same seeds give the same numbers); its data stays in the
+pool, so a later round fine-tunes on it again together with more. The control arm passes the same
+gate against its own deployed policy, so a comparison with the control measures the data, not the
+gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rewind.loop import stages
+from rewind.loop.config import LoopConfig, PromotionSettings
+from rewind.loop.record import EvalOutcome, PolicyRecord, PromotionOutcome
+
+log = logging.getLogger(__name__)
+
+
+def not_worse(candidate: EvalOutcome, deployed: EvalOutcome, tolerance: float) -> bool:
+    """The candidate's selection success is at least the deployed policy's minus ``tolerance``."""
+    return candidate.success_rate >= deployed.success_rate - tolerance - 1e-12
+
+
+def select(cfg: LoopConfig, weights: Path, folder: Path) -> EvalOutcome:
+    """Success of ``weights`` on the selection seeds (``promotion.seed``, ``promotion.episodes``)."""
+    p: PromotionSettings = cfg.promotion
+    return stages.evaluate(cfg, weights, folder, seeds=(p.seed, p.episodes))
+
+
+def judge(
+    cfg: LoopConfig, candidate: PolicyRecord, weights: Path, deployed: EvalOutcome, folder: Path, what: str
+) -> PromotionOutcome:
+    """Evaluate ``candidate`` (at ``weights``) on the selection seeds in ``folder/selection`` and decide.
+
+    A rejected candidate is also evaluated on the evaluation seeds (``folder/candidate_eval``) for
+    the report. ``what`` names the arm in the log ("round 2", "round 2 control").
+    """
+    p = cfg.promotion
+    sel = select(cfg, weights, folder / "selection")
+    ok = not_worse(sel, deployed, p.tolerance)
+    out = PromotionOutcome(p.rule, p.tolerance, ok, candidate, sel, deployed)
+    if not ok:
+        out.candidate_eval = stages.evaluate(cfg, weights, folder / "candidate_eval")
+    log.info(
+        "%s: candidate %s %.0f%% vs deployed %.0f%% on the selection seeds: %s",
+        what,
+        candidate.version,
+        100 * sel.success_rate,
+        100 * deployed.success_rate,
+        "promoted" if ok else "rejected, kept the deployed weights",
+    )
+    return out
