@@ -61,6 +61,7 @@ from rewind.cli.errors import HYDRA_USER_ERRORS, describe_hydra_error
 from rewind.config import CommandConfig, ConfigError, check_input_paths, to_dataclass
 from rewind.utils.io import atomic_write_json, atomic_write_text
 from rewind.utils.logging import setup_logging
+from rewind.utils.ranks import is_secondary_rank
 from rewind.utils.run_info import redact_config, run_info
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,9 @@ def _execute(
     """
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     typed = _validate(cfg, cls, out_dir, prog, fresh)
+    if is_secondary_rank():
+        _execute_secondary(func, typed, prog)
+        return
     if fresh is not None:
         _make_private(out_dir, fresh)
     setup_logging(log_file=out_dir / "run.log")
@@ -230,6 +234,18 @@ def _execute(
         log.info("summary: %s", out_dir / "summary.json")
     finally:
         setup_logging()  # console only: closes run.log (matters when commands run in-process)
+
+
+def _execute_secondary(func: CommandFn, typed: Any, prog: str) -> None:
+    """A torchrun rank other than 0: run the function but write nothing into ``out_dir`` (rank 0 writes
+    config.yaml, run.json, run.log and summary.json) and log errors only."""
+    setup_logging(level="ERROR")
+    try:
+        func(typed)
+    except (ValueError, FileNotFoundError) as exc:
+        if not is_user_error(exc) or _debug():
+            raise
+        _fail(prog, exc)
 
 
 def _validate(cfg: DictConfig, cls: type[CommandConfig], out_dir: Path, prog: str, fresh: Path | None) -> Any:
