@@ -14,11 +14,13 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, ConfigError, require, to_dataclass
+from rewind.config import CommandConfig, ConfigError, check_choice, require, to_dataclass
 from rewind.envs.config import EnvConfig
 from rewind.metrics import WandbConfig
 from rewind.store.windows import LABEL_BOUNDARY_MODES, UNDONE_MODES
+from rewind.train.distributed import BACKENDS, check_global_batch
 from rewind.utils.device import check_device
+from rewind.utils.ranks import launch_ranks
 
 WEIGHT_MODES = ("loss", "sample")
 NORMALIZER_MODES = ("keep", "refit")
@@ -128,7 +130,8 @@ class OptimConfig:
 
     Attributes:
         steps: total gradient steps of the run (a resumed run continues up to this number).
-        batch_size: windows per gradient step.
+        batch_size: windows per gradient step: the GLOBAL batch under torchrun (each of the N processes
+            trains on ``batch_size / N`` of them; it must divide).
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear warm-up steps before the schedule.
@@ -187,6 +190,8 @@ class TrainConfig(CommandConfig):
         resume: continue the run in ``out_dir`` from its last saved training state (fresh if none).
         progress: show a progress bar.
         init: start from existing policy weights (fine-tuning; see :class:`InitConfig`).
+        dist_backend: process-group backend under torchrun: ``auto`` (NCCL on CUDA, gloo otherwise),
+            ``gloo`` or ``nccl`` (:mod:`rewind.train.distributed`); unused by a plain process.
     """
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -202,9 +207,12 @@ class TrainConfig(CommandConfig):
     resume: bool = False
     progress: bool = True
     init: InitConfig = field(default_factory=InitConfig)
+    dist_backend: str = "auto"
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        check_choice("dist_backend", self.dist_backend, BACKENDS)
+        check_global_batch(self.train.batch_size, launch_ranks().world_size)
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         policy_config(self.policy)

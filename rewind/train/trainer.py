@@ -11,8 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from tqdm import tqdm
 from rewind.config import ConfigError
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy, count_parameters
-from rewind.train import policy_api
+from rewind.train import distributed, policy_api
 from rewind.train.config import TrainConfig, policy_config
 from rewind.train.data import TrainData, load_data, to_torch_batch
 from rewind.train.init import load_init
@@ -43,6 +42,7 @@ from rewind.train.state import (
     step_name,
     write_pointer,
 )
+from rewind.train.window import MetricWindow
 from rewind.utils.device import resolve_device
 from rewind.utils.io import as_json, changed_keys
 from rewind.utils.run_info import git_revision
@@ -51,7 +51,16 @@ from rewind.utils.seeding import torch_generator
 log = logging.getLogger(__name__)
 
 #: Config keys that may change when a run is resumed (everything else must match the saved run).
-RESUMABLE_CHANGES = ("out_dir", "resume", "progress", "device", "num_threads", "wandb", "compile")
+RESUMABLE_CHANGES = (
+    "out_dir",
+    "resume",
+    "progress",
+    "device",
+    "num_threads",
+    "wandb",
+    "compile",
+    "dist_backend",
+)
 RESUMABLE_TRAIN_CHANGES = ("steps", "save_every", "val_every", "log_every")
 
 
@@ -78,12 +87,26 @@ def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
 
 class Trainer:
     """One training run in ``cfg.out_dir``. Build it inside a seeded torch RNG scope (see
-    :func:`rewind.train.run_train`): the policy's initialisation and dropout draw from it."""
+    :func:`rewind.train.run_train`): the policy's initialisation and dropout draw from it.
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    Args:
+        cfg: the run's config.
+        ctx: this process's rank under torchrun (:func:`rewind.train.distributed.start`; default: a
+            plain process on ``cfg.device``).
+        micro_batches: split this process's batch into this many micro-batches whose gradients
+            accumulate, each with the noise streams of one rank: one process with ``micro_batches=N``
+            computes what N torchrun processes compute (what the tests compare against).
+    """
+
+    def __init__(
+        self, cfg: TrainConfig, ctx: distributed.Distributed | None = None, micro_batches: int = 1
+    ) -> None:
         self.cfg = cfg
         self.out_dir = Path(cfg.out_dir)
-        self.device = resolve_device(cfg.device)
+        self.ctx = ctx or distributed.Distributed(resolve_device(cfg.device))
+        self.device = self.ctx.device
+        self.micro_batches = micro_batches
+        distributed.check_global_batch(cfg.train.batch_size, self.ctx.world_size * micro_batches)
         self.policy_config = policy_config(cfg.policy)
         n_obs, horizon = self.policy_config.n_obs_steps, self.policy_config.horizon
         self.data: TrainData = load_data(cfg.data, n_obs, horizon, cfg.seed, cfg.env.gym_id)
@@ -101,11 +124,13 @@ class Trainer:
         self.scheduler = get_scheduler(
             t.lr_schedule, self.optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=t.steps
         )
-        self.ema = policy_api.make_ema(self.policy) if t.ema else None
+        # rank 0 alone keeps the EMA: it is what rank 0 saves and validates
+        self.ema = policy_api.make_ema(self.policy) if t.ema and self.ctx.is_main else None
         self.generator = torch_generator(
             np.random.SeedSequence([cfg.seed, 1]).generate_state(1)[0], self.device
         )
         self.loss_fn = policy_api.loss_function(self.policy, compile=cfg.compile)
+        self.ddp: torch.nn.parallel.DistributedDataParallel | None = None  # built by run(), after resume
         self.step = 0
 
     # ------------------------------------------------------------------ state
@@ -133,7 +158,8 @@ class Trainer:
         Raises:
             ConfigError: the saved run's config differs in a key that may not change on resume.
         """
-        clean_temporaries(self.out_dir)
+        if self.ctx.is_main:
+            clean_temporaries(self.out_dir)
         meta = read_state_meta(self.out_dir)
         if meta is None:
             log.info("resume: no training state in %s yet; starting at step 0", self.out_dir)
@@ -151,6 +177,14 @@ class Trainer:
             )
         load_training_state(self.out_dir, self.training_state())
         self.step = int(meta["step"])
+        saved_world = int(meta.get("world_size", 1))
+        if saved_world != self.ctx.world_size and self.ctx.is_main:
+            log.warning(
+                "resume: the run was saved with %d process(es) and continues with %d: the windows are the "
+                "same, the noise streams are not, so the result is not the one an unchanged run would give",
+                saved_world,
+                self.ctx.world_size,
+            )
         log.info("resumed %s at step %d", self.out_dir, self.step)
 
     def save(self) -> None:
@@ -161,7 +195,11 @@ class Trainer:
             policy_api.save_weights(model, tmp, self._weights_meta())
         policy_api.verify_weights(weights_root / name)  # read back before it becomes the newest
         write_pointer(weights_root, self.step)
-        meta = {"resume_signature": as_json(resume_signature(self.cfg)), "config": self._config_dict()}
+        meta = {
+            "resume_signature": as_json(resume_signature(self.cfg)),
+            "config": self._config_dict(),
+            "world_size": self.ctx.world_size,
+        }
         save_training_state(self.out_dir, self.step, self.training_state(), meta)
         log.info("saved policy weights %s", weights_root / name)
 
@@ -181,6 +219,7 @@ class Trainer:
             "val_episodes": self.data.val_ids,
             **({"stores": self.data.by_store} if len(self.data.by_store) > 1 else {}),
             **self.init_info,
+            **({"world_size": self.ctx.world_size} if self.ctx.enabled else {}),
             "git_revision": sha,
             "git_dirty": dirty,
             "config": self._config_dict(),
@@ -201,13 +240,19 @@ class Trainer:
         return torch.autocast("cuda", dtype=torch.bfloat16) if on else contextlib.nullcontext()
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """One gradient step; returns the (detached) loss and the pre-clip gradient norm."""
+        """One gradient step; returns the (detached) loss (mean over ranks) and the pre-clip gradient
+        norm. Every rank draws the same global batch and trains on its own slice of it."""
         self.policy.train()
-        batch = to_torch_batch(self.data.train.sample(self.cfg.train.batch_size), self.device)
-        with self._autocast():
-            loss = self.loss_fn(batch, self.generator)
+        batch = self.data.train.sample(self.cfg.train.batch_size)
+        if self.ctx.enabled:
+            batch = distributed.slice_batch(batch, self.ctx.rank, self.ctx.world_size)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.ctx.world_size * self.micro_batches == 1:
+            with self._autocast():
+                loss = self.loss_fn(to_torch_batch(batch, self.device), self.generator)
+            loss.backward()
+        else:
+            loss = self._sharded_backward(batch)
         clip = self.cfg.train.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
         self.optimizer.step()
@@ -216,6 +261,23 @@ class Trainer:
             policy_api.ema_update(self.ema, self.policy)
         self.step += 1
         return loss.detach().float(), grad_norm.detach().float()
+
+    def _sharded_backward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Backward over this rank's micro-batches (shards), each with its generators reseeded from
+        ``(seed, shard, step)``; DDP averages the gradients over ranks. Returns the mean loss."""
+        n = self.micro_batches
+        total = torch.zeros((), device=self.device)
+        for j in range(n):
+            noise_seed, global_seed = distributed.shard_seeds(self.cfg.seed, self.ctx.rank * n + j, self.step)
+            self.generator.manual_seed(noise_seed)
+            torch.manual_seed(global_seed)  # dropout; inside run_train's forked RNG scope
+            chunk = to_torch_batch(distributed.slice_batch(batch, j, n), self.device)
+            with distributed.no_sync(self.ddp, last=j == n - 1):
+                with self._autocast():
+                    loss = self.ddp(chunk) if self.ddp is not None else self.loss_fn(chunk, self.generator)
+                (loss / n).backward()
+            total = total + loss.detach().float()
+        return distributed.mean_over_ranks(total / n, self.ctx)
 
     @torch.no_grad()
     def validate(self) -> float | None:
@@ -242,7 +304,8 @@ class Trainer:
         t = self.cfg.train
         end = t.steps if stop_at is None else min(stop_at, t.steps)
         log.info(
-            "training %s (%d parameters) on %s: %d train / %d val episodes, %d windows, steps %d -> %d",
+            "training %s (%d parameters) on %s: %d train / %d val episodes, %d windows, steps %d -> %d, "
+            "%d process(es)",
             self.cfg.policy_name,
             count_parameters(self.policy),
             self.device,
@@ -251,9 +314,12 @@ class Trainer:
             len(self.data.train),
             self.step,
             end,
+            self.ctx.world_size,
         )
-        bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not self.cfg.progress)
-        window = _Window(self.step, self.device)
+        self.ddp = distributed.wrap(self.ctx, self.policy, self.loss_fn, self.generator)
+        main = self.ctx.is_main
+        bar = tqdm(total=t.steps, initial=self.step, desc="train", disable=not (self.cfg.progress and main))
+        window = MetricWindow(self.step, self.device)
         val_loss = None
         try:
             while self.step < end:
@@ -264,8 +330,9 @@ class Trainer:
                 log_now = self.step % t.log_every == 0 or last
                 val_now = bool(t.val_every and self.step % t.val_every == 0) or last
                 save_now = self.step % t.save_every == 0 or last
-                if log_now or val_now or save_now:
+                if log_now or val_now or save_now:  # the same steps on every rank (the loss is all-reduced)
                     window.check_finite(self._diverged)  # one host sync; nothing non-finite goes out
+                val_now, save_now = val_now and main, save_now and main  # rank 0 validates and writes
                 if log_now:
                     record = window.flush(self.step, t.batch_size, self.optimizer.param_groups[0]["lr"])
                     metrics.log(record, step=self.step)
@@ -287,6 +354,7 @@ class Trainer:
             "weights": str(self.out_dir / WEIGHTS_DIR / step_name(self.step)),
             "parameters": count_parameters(self.policy),
             "device": str(self.device),
+            **({"processes": self.ctx.world_size} if self.ctx.enabled else {}),
         }
 
     def _diverged(self, what: str, step: int) -> TrainingDivergedError:
@@ -302,56 +370,6 @@ class Trainer:
             f"training stopped: non-finite {what} (nan/inf) at step {step}; {kept}. Check the data for "
             "nan/inf values or lower train.lr"
         )
-
-
-class _Window:
-    """Running sums of the training metrics between two log lines, and the first step whose loss or
-    gradient norm was non-finite (kept on the device: no host sync per step)."""
-
-    def __init__(self, step: int, device: torch.device) -> None:
-        self.device = device
-        self.loss_sum = torch.zeros((), device=device)
-        self.grad_sum = torch.zeros((), device=device)
-        self.n = 0
-        self.last_loss: float | None = None
-        self.start_step, self.start_time = step, time.perf_counter()
-        self.bad_loss = torch.full((), -1, dtype=torch.long, device=device)
-        self.bad_grad = torch.full((), -1, dtype=torch.long, device=device)
-
-    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, step: int) -> None:
-        """Accumulate step ``step`` on the device (no host sync until :meth:`flush`)."""
-        grad_norm = grad_norm.to(self.device)
-        self.loss_sum = self.loss_sum + loss
-        self.grad_sum = self.grad_sum + grad_norm
-        self.n += 1
-        self.bad_loss = torch.where((self.bad_loss < 0) & ~torch.isfinite(loss), step, self.bad_loss)
-        self.bad_grad = torch.where((self.bad_grad < 0) & ~torch.isfinite(grad_norm), step, self.bad_grad)
-
-    def check_finite(self, error: Callable[[str, int], Exception]) -> None:
-        """Raise ``error(what, step)`` when a loss or gradient norm added so far was non-finite."""
-        bad_loss, bad_grad = int(self.bad_loss), int(self.bad_grad)
-        if bad_loss >= 0 and (bad_grad < 0 or bad_loss <= bad_grad):
-            raise error("loss", bad_loss)
-        if bad_grad >= 0:
-            raise error("gradient norm", bad_grad)
-
-    def flush(self, step: int, batch_size: int, lr: float) -> dict[str, float]:
-        """The window's mean loss and gradient norm, the lr and the throughput; then start a new window."""
-        now = time.perf_counter()
-        self.last_loss = float(self.loss_sum) / max(self.n, 1)
-        record = {
-            "train/loss": self.last_loss,
-            "train/grad_norm": float(self.grad_sum) / max(self.n, 1),
-            "train/lr": float(lr),
-            "train/samples_per_s": (step - self.start_step) * batch_size / max(now - self.start_time, 1e-9),
-        }
-        self.loss_sum, self.grad_sum, self.n = (
-            torch.zeros_like(self.loss_sum),
-            torch.zeros_like(self.grad_sum),
-            0,
-        )
-        self.start_step, self.start_time = step, now
-        return record
 
 
 def check_fresh(out_dir: Path) -> None:
