@@ -1,10 +1,12 @@
-"""Training steps/s of one process vs two ``torchrun`` processes (DDP, gloo) on this CPU, tiny policy.
+"""Training steps/s of one process vs ``torchrun`` processes (DDP; gloo on this CPU), tiny policy.
 
 The same global batch either way (``train.batch_size``; each of the two ranks trains on half), one
 torch thread per process. Steps/s come from ``metrics.jsonl``'s wall times between the first and the
 last log line, so start-up (imports, process group, store loading) is not counted.
 
     .venv/bin/python bench/ddp_cpu.py --out bench/results/ddp_cpu.json      (about a minute)
+
+``bench/gpu.sh`` runs it with ``--device cuda --processes 1 N`` (N: the visible GPUs; NCCL).
 """
 
 from __future__ import annotations
@@ -45,17 +47,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def command(processes: int, store: Path, out: Path, batch: int, steps: int) -> list[str]:
-    """``rewind-train`` (one process) or ``torchrun --nproc_per_node=2 -m rewind.scripts.train``."""
+def command(processes: int, store: Path, out: Path, batch: int, steps: int, device: str) -> list[str]:
+    """``rewind-train`` (one process) or ``torchrun --nproc_per_node=N -m rewind.scripts.train``."""
     if processes == 1:
-        head = [str(Path(sys.executable).with_name("rewind-train"))]
+        head = [sys.executable, "-m", "rewind.scripts.train"]  # what the rewind-train script runs
     else:
         head = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
         head += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "rewind.scripts.train"]
     args = [f"out_dir={out}", "env=lift", "policy=diffusion", f"data.path={store}", *TINY]
     args += [f"train.steps={steps}", f"train.batch_size={batch}", "train.warmup_steps=10"]
     args += [f"train.save_every={steps}", "train.val_every=0", "train.log_every=10"]
-    return [*head, *args, "device=cpu", "num_threads=1", "wandb.mode=disabled", "progress=false"]
+    return [*head, *args, f"device={device}", "num_threads=1", "wandb.mode=disabled", "progress=false"]
 
 
 def steps_per_s(run: Path) -> float:
@@ -71,6 +73,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/ddp_cpu.json"))
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -81,9 +85,9 @@ def main() -> None:
         collect = CollectConfig(out_dir=str(root), env=EnvConfig(name="lift"), episodes=4, out=str(store))
         run_collect(collect)
         for batch in args.batches:
-            for processes in (1, 2):
+            for processes in args.processes:
                 out = root / f"b{batch}_p{processes}"
-                cmd = command(processes, store, out, batch, args.steps)
+                cmd = command(processes, store, out, batch, args.steps, args.device)
                 start = time.perf_counter()
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 rate = steps_per_s(out)
@@ -97,13 +101,13 @@ def main() -> None:
                     }
                 )
                 log.info("batch %d, %d process(es): %.1f steps/s", batch, processes, rate)
-    for batch in args.batches:
-        one, two = (
-            next(r for r in rows if r["global_batch"] == batch and r["processes"] == p) for p in (1, 2)
-        )
-        two["speedup_vs_1"] = round(two["steps_per_s"] / one["steps_per_s"], 2)
+    for row in rows:
+        one = [r for r in rows if r["global_batch"] == row["global_batch"] and r["processes"] == 1]
+        if one and row["processes"] > 1:
+            row["speedup_vs_1"] = round(row["steps_per_s"] / one[0]["steps_per_s"], 2)
     result = {
-        "what": "rewind-train steps/s, 1 process vs torchrun 2 processes (DDP, gloo), same global batch",
+        "what": "rewind-train steps/s, 1 process vs torchrun N processes (DDP), same global batch",
+        "device": args.device,
         "policy": "diffusion, tiny (down_dims [16,32], horizon 8), Lift, 4 demos",
         "steps": args.steps,
         "threads_per_process": 1,

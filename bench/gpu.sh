@@ -22,9 +22,21 @@ MUJOCO_GL=egl timeout 60 "$py" bench/bench_env.py --out "$out/gpu_env.json" >/de
 # The CUDA-only tests (device move, bf16 autocast).
 timeout 60 "$py" -m pytest -q -k cuda tests/policies || true
 
+# Training end to end with rewind-train: one GPU, then DDP over every visible GPU (torchrun, NCCL) with the
+# same global batch; steps/s from metrics.jsonl. bench/ddp_cpu.py does the measuring (it collects a
+# 4-demo Lift store itself); the multi-GPU run happens only when more than one GPU is visible.
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+timeout 240 "$py" bench/ddp_cpu.py --device cuda --processes 1 $([ "$ngpu" -gt 1 ] && echo "$ngpu") \
+  --batches 256 --steps 200 --out "$out/gpu_ddp.json" >/dev/null || echo "gpu_ddp failed"
+
 "$py" - "$out" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
+ddp = out / "gpu_ddp.json"
+if ddp.exists():
+    for r in json.loads(ddp.read_text())["runs"]:
+        print(f"== rewind-train {r['processes']} GPU process(es), global batch {r['global_batch']}: "
+              f"{r['steps_per_s']:.1f} steps/s {r.get('speedup_vs_1', '')}")
 for name in ("gpu_policy.json", "gpu_policy_reference.json"):
     d = json.loads((out / name).read_text())
     print(f"== {name}: {d.get('device')} unet={d.get('unet_overrides')}")
