@@ -5,7 +5,8 @@ Layers, bottom to top (README, "Layout"):
 
 0. ``rewind`` (the package root), ``rewind.config``, ``rewind.metrics``, ``rewind.utils``, ``rewind.store``
 1. ``rewind.envs``, ``rewind.policies``
-2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.lockstep`` (batched policy rollouts)
+2. ``rewind.train``, ``rewind.collect`` (operator demos), ``rewind.lockstep`` (batched policy rollouts),
+   ``rewind.rollout`` (how a batch of envs is stepped; batched monitored rollouts)
 3. ``rewind.monitor``
 4. ``rewind.eval``
 5. ``rewind.loop``, ``rewind.teleop``
@@ -39,6 +40,7 @@ LAYERS = {
     "rewind.train": 2,
     "rewind.collect": 2,
     "rewind.lockstep": 2,
+    "rewind.rollout": 2,
     "rewind.monitor": 3,
     "rewind.eval": 4,
     "rewind.loop": 5,
