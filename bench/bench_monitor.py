@@ -6,12 +6,12 @@
 * ``tide_ms``: TIDE's update per control step (it reads the chunk the policy already computed).
 * ``tracking_ms``: per control step, the encoder features of the window (numpy fast path), cosine
   similarity to the next checkpoint template, peak detection and the snapshot at a new peak.
-* ``tide_plus_tracking_ms``: both, measured together inside real monitored rollouts (the runner's
-  own timer around its per-step monitor work).
+* ``tide_plus_tracking_ms``: both, measured together inside real monitored rollouts (the monitored
+  episode's own timer around its per-step monitor work).
 * ``stac32_ms``: STAC's cost per control step: the extra inference of 31 more chunk samples at each
   inference step (amortised over ``n_action_steps``) plus its MMD update.
 
-One thread (``torch.set_num_threads(1)``), as the monitored runner uses; writes ``--out`` (JSON).
+One thread (``torch.set_num_threads(1)``), as monitored episodes use; writes ``--out`` (JSON).
 """
 
 from __future__ import annotations

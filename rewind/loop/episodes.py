@@ -1,7 +1,7 @@
 """One round's data collection: monitored episodes of the current policy, with a recovery source
 acting on alarms, recorded step by step and committed to the round's replay store.
 
-The runner (:class:`~rewind.monitor.episode.MonitoredEpisode`) runs with ``auto_rewind=False``: what an
+The monitored episode (:class:`~rewind.monitor.episode.MonitoredEpisode`) runs with ``auto_rewind=False``: what an
 alarm does is the recovery source's decision (:mod:`rewind.loop.sources`). Each episode's policy
 noise is seeded by its env seed, so an episode does not depend on which episodes came before it.
 """

@@ -2,7 +2,7 @@
 
 Every source implements one method, :meth:`RecoverySource.on_trigger`, called by
 :func:`rewind.loop.episodes.run_episode` when a policy step raises an alarm (or the episode stalls).
-It acts on the :class:`~rewind.monitor.episode.MonitoredEpisode` through the runner's own API
+It acts on the :class:`~rewind.monitor.episode.MonitoredEpisode` through its own API
 (``rewind``, ``external_step``), so every executed step reaches the episode's recording with its label,
 and returns :data:`CONTINUE` (the policy drives again) or :data:`END` (stop the episode here).
 
@@ -20,7 +20,7 @@ guided    (no alarm handling) the policy is steered by ReGuide guidance         
 
 The policy steps just before an intervention become ``pre_intervention`` (Sirius). Steps of
 ``recovery``, ``correction`` and ``human`` count as operator steps, the cost axis of every comparison;
-``retry`` counts none (its ``drive`` rewinds are the runner's own controller, not a person).
+``retry`` counts none (its ``drive`` rewinds are the monitored episode's own controller, not a person).
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ class DaggerSource(RecoverySource):
 class Person(Protocol):
     """Someone who takes over at an alarm: the plug of ``recovery=human``.
 
-    ``intervene`` acts on the episode only through the runner's API: ``ep.rewind(mode=...)`` (a
+    ``intervene`` acts on the episode only through its API: ``ep.rewind(mode=...)`` (a
     ``drive`` rewind is recorded as ``recovery``) and ``ep.external_step(action, "human")``; it returns
     ``"handback"`` (the policy drives again) or ``"end"``. The teleop tool (``rewind-teleop``) is this
     protocol with a person in a browser: it writes its episodes into the round's store itself, so

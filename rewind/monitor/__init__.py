@@ -1,4 +1,4 @@
-"""Failure monitoring and rewind: scores, conformal calibration, the checkpoint library, the runner.
+"""Failure monitoring and rewind: scores, conformal calibration, the checkpoint library, the monitored episode.
 
 ``rewind.monitor.scores`` (TIDE, STAC, embedding OOD, random), ``rewind.monitor.conformal`` (split
 conformal thresholds and the calibration artifact), ``rewind.monitor.checkpoints`` (labelers, the

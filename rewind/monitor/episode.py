@@ -49,7 +49,7 @@ def check_rewind_mode(mode: str, key: str) -> None:
 
 @dataclass
 class RewindConfig:
-    """How the runner rewinds.
+    """How a monitored episode rewinds.
 
     Attributes:
         mode: ``restore`` (exact simulator restore) or ``drive`` (drive the gripper back).

@@ -1,9 +1,9 @@
 """Failure scores: one number per inference step that rises when the policy is failing.
 
-Every score implements :class:`FailureScore`: the runner calls :meth:`FailureScore.update` after each
+Every score implements :class:`FailureScore`: the monitored episode calls :meth:`FailureScore.update` after each
 control step with the policy's rollout state; the score returns a new value when the policy computed
 a new chunk (every ``n_action_steps`` steps) and ``None`` otherwise, so a score costs nothing between
-inferences. Scores are per env: the runner drives one env per policy state (``B = 1``).
+inferences. Scores are per env: a monitored episode drives one env per policy state (``B = 1``).
 
 Names (``monitor.score=``):
 
