@@ -18,7 +18,7 @@ from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, Step
 from rewind.monitor.recording import EpisodeRecording
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy
-from rewind.utils.seeding import torch_generator
+from rewind.utils.seeding import episode_noise_seed, torch_generator
 
 
 @dataclass
@@ -99,14 +99,18 @@ def run_monitored(
     progress: bool = True,
     desc: str = "monitored",
 ) -> tuple[list[MonitoredRecord], list[list[float | None]]]:
-    """Episodes ``seeds`` in order; returns the records and each episode's per-step score trace."""
+    """Episodes ``seeds`` in order; returns the records and each episode's per-step score trace.
+
+    Episode ``seed`` samples its policy noise from its own stream, seeded by ``(gen_seed, seed)``
+    (:func:`~rewind.utils.seeding.episode_noise_seed`): its result does not depend on the episodes run
+    before it, so a subset of the seeds (a Ray actor's share) gives the same records."""
     device = next(loaded.policy.parameters()).device
-    gen = torch_generator(gen_seed, device)
-    ep = MonitoredEpisode(env, loaded.policy, monitor, tracker, rewind, device, gen)
+    ep = MonitoredEpisode(env, loaded.policy, monitor, tracker, rewind, device)
     records, traces = [], []
     bar = tqdm(seeds, desc=desc, disable=not progress)
     for seed in bar:
         rec = EpisodeRecording() if store is not None else None
+        ep.generator = torch_generator(episode_noise_seed(gen_seed, seed), device)
         records.append(run_monitored_episode(ep, int(seed), rec, observers))
         traces.append(list(ep.log.scores))
         if rec is not None and len(rec):

@@ -22,6 +22,14 @@ def spawn_seeds(seed: int, n: int) -> list[int]:
     return [int(c.generate_state(1, dtype=np.uint32)[0]) for c in children]
 
 
+def episode_noise_seed(run_seed: int, episode_seed: int) -> int:
+    """The seed of one episode's sampling-noise stream, from the run's seed and the episode's env seed.
+
+    Per-episode streams make an episode's result independent of which episodes ran before it, in the
+    same batch, or on the same machine (sequential, batched and Ray-sharded rollouts agree)."""
+    return int(np.random.SeedSequence([int(run_seed), int(episode_seed)]).generate_state(1)[0])
+
+
 def torch_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
     """A seeded ``torch.Generator`` on ``device`` (torch is imported lazily)."""
     import torch
