@@ -1,6 +1,6 @@
 """The steps of a loop round, each a library call with the typed config of the command it stands for
 (in process, one folder each): demos (:class:`CollectConfig`), training (:class:`TrainConfig`),
-calibration (as ``rewind-calibrate``, with a fallback for weak policies) and evaluation
+calibration (:class:`CalibrateConfig`, with a fallback for weak policies) and evaluation
 (:class:`EvalConfig`). Each config is derived from the loop's own typed config (its ``env`` node, device,
 threads, progress), so an option of the loop reaches every stage. Every step writes ``summary.json``."""
 
@@ -14,21 +14,18 @@ from typing import Any
 import numpy as np
 
 from rewind.collect import CollectConfig, run_collect
-from rewind.envs.config import build_env
 from rewind.eval.config import EvalConfig
 from rewind.eval.runner import run_eval
 from rewind.loop.config import LoopConfig
 from rewind.loop.record import CalibrationOutcome, EvalOutcome
 from rewind.metrics import WandbConfig
-from rewind.monitor.calibrate import calibration_rollouts
-from rewind.monitor.conformal import CalibrationError, calibrate
+from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
+from rewind.monitor.conformal import CalibrationError
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import MonitorConfig
 from rewind.store import ReplayStore
 from rewind.train import DataConfig, OptimConfig, TrainConfig, run_train
 from rewind.train.config import InitConfig
-from rewind.train.policy_api import load_policy
-from rewind.utils.device import resolve_device
 from rewind.utils.io import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -95,48 +92,49 @@ def optim_config(steps: int, batch_size: int, lr: float, warmup: int) -> OptimCo
     )
 
 
-def _calibration_rollouts(
-    cfg: LoopConfig, weights: Path, demos_path: str, folder: Path
-) -> tuple[Any, Any, list]:
-    """Checkpoint library + score traces of ``calibration.episodes`` rollouts without rewinds."""
-    env = build_env(cfg.env)
-    try:
-        loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
-        c = cfg.calibration
-        _, score, records, traces = calibration_rollouts(
-            env, loaded, demos_path, c.max_demos, cfg.monitor, c.episodes, c.seed, folder, cfg.progress
-        )
-    finally:
-        env.close()
-    return loaded, score, [(t, r.success) for t, r in zip(traces, records, strict=True)]
+def calibrate_config(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> CalibrateConfig:
+    """The :class:`CalibrateConfig` of a round's calibration in ``folder``: ``weights``, the loop's env
+    node, monitor (a copy), ``calibration`` settings (episodes, seed, demos), device, threads and
+    progress; ``n_action_steps`` as trained."""
+    c = cfg.calibration
+    return CalibrateConfig(
+        out_dir=str(folder),
+        policy_path=str(weights),
+        env=cfg.env,
+        data_path=demos_path,
+        max_demos=c.max_demos,
+        monitor=dataclasses.replace(cfg.monitor),
+        episodes=c.episodes,
+        seed=c.seed,
+        device=cfg.device,
+        num_threads=cfg.num_threads,
+        progress=cfg.progress,
+    )
 
 
 def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> CalibrationOutcome:
-    """Calibrate ``cfg.monitor`` for ``weights`` into ``folder`` (as ``rewind-calibrate``).
+    """Calibrate ``cfg.monitor`` for ``weights`` into ``folder`` (``rewind-calibrate``'s rollouts with
+    :func:`calibrate_config`).
 
     With fewer successful rollouts than ``monitor.alpha`` needs and ``calibration.fallback``, the
     smallest alpha they allow (``1/(n+1)``: the threshold is their maximum score) is used and recorded.
     Without any success there is no calibration: ``calibrated=False`` (no alarms this round).
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    loaded, score, runs = _calibration_rollouts(cfg, weights, demos_path, folder)
-    good = [t for t, ok in runs if ok]
+    ccfg = calibrate_config(cfg, weights, demos_path, folder)
+    run = run_calibration_rollouts(ccfg)
+    good = run.successful_traces
     out = CalibrationOutcome(
-        episodes=len(runs), successes=len(good), alpha_requested=cfg.monitor.alpha, calibrated=False
+        episodes=len(run.records), successes=len(good), alpha_requested=ccfg.monitor.alpha, calibrated=False
     )
-    alpha, band = cfg.monitor.alpha, cfg.monitor.band
-    meta = {
-        "score_params": score.params(),
-        "env": cfg.env.name,
-        "n_action_steps": loaded.policy.n_action_steps,
-    }
+    alpha, band = ccfg.monitor.alpha, ccfg.monitor.band
     try:
-        cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=band, **meta)
+        cal = run.fit(alpha, band, ccfg.env.name)
     except CalibrationError as exc:
         if not (cfg.calibration.fallback and good):
             if cfg.calibration.fallback:
                 log.warning(
-                    "calibration: no successful rollout of %d; this round runs without alarms", len(runs)
+                    "calibration: no successful rollout of %d; this round runs without alarms",
+                    len(run.records),
                 )
                 out.reason = str(exc)
                 atomic_write_json(folder / "summary.json", out.to_json())
@@ -149,7 +147,7 @@ def calibrate_policy(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
             alpha,
             len(good),
         )
-        cal = calibrate(good, score.name, alpha, loaded.weights_hash, band=False, **meta)
+        cal = run.fit(alpha, False, ccfg.env.name)
     cal.save(folder)
     out = dataclasses.replace(
         out, calibrated=True, folder=str(folder), alpha=alpha, band=band, n=cal.n, threshold=cal.threshold

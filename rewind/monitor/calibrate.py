@@ -22,7 +22,7 @@ from omegaconf import MISSING
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
-from rewind.monitor.conformal import calibrate, held, min_calibration_size
+from rewind.monitor.conformal import Calibration, calibrate, held, min_calibration_size
 from rewind.monitor.episode import Monitor, RewindConfig
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
@@ -110,7 +110,7 @@ def calibration_rollouts(
 ) -> tuple[CheckpointLibrary, FailureScore, list[MonitoredRecord], list[list[float | None]]]:
     """Label and save the checkpoint library (and ``embedding_ood``'s reference features) from the
     demos at ``demos_path`` into ``out``, then run ``episodes`` rollouts (seeds ``seed..``) with the
-    score recorded and no rewinds. Shared by ``rewind-calibrate`` and the recovery loop."""
+    score recorded and no rewinds (the work of :func:`run_calibration_rollouts`)."""
     with ReplayStore.open(demos_path) as store:
         demos = [store.load(i.id) for i in store.episodes(success=True)[:max_demos]]
     require(bool(demos), f"data_path {demos_path}: no successful episodes to label")
@@ -139,42 +139,78 @@ def calibration_rollouts(
     return library, score, records, traces
 
 
-def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
-    """Entry point of ``rewind-calibrate``; returns the summary."""
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
+@dataclass
+class CalibrationRollouts:
+    """What :func:`run_calibration_rollouts` produced: the weights it loaded, the checkpoint library, the
+    score (with its settings) and, per rollout, its record and score trace (``None`` between inferences)."""
+
+    loaded: LoadedPolicy
+    library: CheckpointLibrary
+    score: FailureScore
+    records: list[MonitoredRecord]
+    traces: list[list[float | None]]
+
+    @property
+    def successful_traces(self) -> list[list[float | None]]:
+        """The score traces of the successful rollouts (the ones that calibrate)."""
+        return [t for t, r in zip(self.traces, self.records, strict=True) if r.success]
+
+    def fit(self, alpha: float, band: bool, env_name: str) -> Calibration:
+        """Split conformal calibration of the successful traces at ``alpha`` (``band``: time-varying),
+        recording the score's settings, the env and the policy's ``n_action_steps``. Raises
+        :class:`~rewind.monitor.conformal.CalibrationError` with too few successes for ``alpha``."""
+        return calibrate(
+            self.successful_traces,
+            self.score.name,
+            alpha,
+            self.loaded.weights_hash,
+            band=band,
+            score_params=self.score.params(),
+            env=env_name,
+            n_action_steps=self.loaded.policy.n_action_steps,
+        )
+
+
+def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
+    """Steps 1-3 of ``rewind-calibrate`` for ``cfg``: load ``cfg.policy_path`` for ``cfg.env``, save the
+    checkpoint library (and reference features) from ``cfg.data_path`` into ``cfg.out_dir``, then run
+    ``cfg.episodes`` rollouts (seeds ``cfg.seed..``) with the score recorded and no rewinds. The library
+    call behind ``rewind-calibrate`` and the recovery loop's calibration (with ``cfg.num_threads`` torch
+    threads, restored after)."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(cfg.device)
+    threads = torch.get_num_threads()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
     env = build_env(cfg.env)
     try:
-        loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
+        loaded = load_policy(
+            cfg.policy_path, env, cfg.env.name, resolve_device(cfg.device), cfg.n_action_steps
+        )
         library, score, records, traces = calibration_rollouts(
             env, loaded, cfg.data_path, cfg.max_demos, cfg.monitor, cfg.episodes, cfg.seed, out, cfg.progress
         )
     finally:
         env.close()
-    ok = [r.success for r in records]
-    good = [t for t, s in zip(traces, ok, strict=True) if s]
+        torch.set_num_threads(threads)
+    return CalibrationRollouts(loaded, library, score, records, traces)
+
+
+def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+    """Entry point of ``rewind-calibrate``; returns the summary."""
+    out = Path(cfg.out_dir)
+    run = run_calibration_rollouts(cfg)
+    ok = [r.success for r in run.records]
     log.info(
         "calibration rollouts: %d/%d successful (alpha=%s needs >= %d)",
-        len(good),
+        len(run.successful_traces),
         len(ok),
         cfg.monitor.alpha,
         min_calibration_size(cfg.monitor.alpha) * (2 if cfg.monitor.band else 1),
     )
-    cal = calibrate(
-        good,
-        score.name,
-        cfg.monitor.alpha,
-        loaded.weights_hash,
-        band=cfg.monitor.band,
-        score_params=score.params(),
-        env=cfg.env.name,
-        n_action_steps=loaded.policy.n_action_steps,
-    )
+    cal = run.fit(cfg.monitor.alpha, cfg.monitor.band, cfg.env.name)
     cal.save(out)
-    _plot(out / "calibration.png", traces, ok, cal)
+    _plot(out / "calibration.png", run.traces, ok, cal)
     return {
         "calibration": str(out),
         "score": cal.score,
@@ -184,8 +220,8 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
         "band": cal.band is not None,
         "episodes": len(ok),
         "success_rate": float(np.mean(ok)),
-        "checkpoints": library.names,
-        "checkpoint_support": library.support,
-        "policy_path": str(loaded.folder),
-        "policy_version": loaded.version,
+        "checkpoints": run.library.names,
+        "checkpoint_support": run.library.support,
+        "policy_path": str(run.loaded.folder),
+        "policy_version": run.loaded.version,
     }

@@ -41,3 +41,23 @@ def test_a_rounds_training_gets_the_loops_env_and_settings(tmp_path: Path) -> No
     assert tcfg.env == cfg.env and tcfg.seed == 7 and tcfg.out_dir == str(tmp_path / "t")
     assert (tcfg.train.warmup_steps, tcfg.train.save_every, tcfg.train.val_every) == (9, 10, 0)
     assert (tcfg.device, tcfg.num_threads, tcfg.progress) == (cfg.device, cfg.num_threads, cfg.progress)
+
+
+def test_a_rounds_calibration_gets_the_loops_monitor_and_settings(tmp_path: Path) -> None:
+    cfg = loop_config(
+        tmp_path / "o",
+        env=ENV,
+        monitor={"score": "tide", "alpha": 0.3, "tide_window": 3, "labeler": "gripper"},
+        calibration={"episodes": 7, "seed": 123, "max_demos": 5},
+    )
+    ccfg = stages.calibrate_config(cfg, tmp_path / "w", "demos", tmp_path / "cal")
+    assert ccfg.monitor == cfg.monitor and ccfg.monitor is not cfg.monitor
+    assert ccfg.env == cfg.env
+    assert (ccfg.episodes, ccfg.seed, ccfg.max_demos) == (7, 123, 5)
+    assert (ccfg.policy_path, ccfg.data_path, ccfg.out_dir) == (
+        str(tmp_path / "w"),
+        "demos",
+        str(tmp_path / "cal"),
+    )
+    assert (ccfg.device, ccfg.num_threads, ccfg.progress) == (cfg.device, cfg.num_threads, cfg.progress)
+    assert ccfg.n_action_steps is None  # as trained, like the round's evaluation
