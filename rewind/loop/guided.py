@@ -31,9 +31,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from rewind.config import require
+from rewind.config import check_choice, check_range, require
 
 log = logging.getLogger(__name__)
+
+#: ``recovery.guided.dynamics_data``: what the latent dynamics model is trained on.
+DYNAMICS_DATA = ("both", "rollouts", "demos")
+#: ``recovery.guided.sampler``: the policy's own sampler, or DDIM / DDPM (diffusion policies).
+SAMPLERS = ("policy", "ddim", "ddpm")
 
 
 @dataclass
@@ -43,12 +48,22 @@ class GuidedConfig:
     Attributes:
         phases: macro-phases; prototypes: k-means prototypes per phase; pca_dim: whitened PCA size.
         low_pct / high_pct: per-phase drift percentiles of the guidance band (ReGuide: 30/90 for Can).
-        scale: guidance step ``c`` on the clean-action estimate (ReGuide: 0.01 with 100 DDPM steps).
+        scale: guidance step ``c`` on the clean-action estimate (ReGuide: 0.01 with 100 DDPM steps);
+            0: no guidance (plain rollouts, the sweep's control), the diagnostics still recorded.
         last_k: denoising steps (the last ones) in which guidance is applied.
         temperature: softmin temperature of the distance to a phase's prototypes.
         rollouts: plain-policy rollouts the dynamics model and the percentiles come from.
         rollout_seed: env seed of the first of those rollouts (round ``r`` adds ``1000 * r``).
         dynamics_steps: Adam steps of the latent dynamics model.
+        dynamics_data: what the dynamics model trains on: ``both`` (the plain rollouts and the demos),
+            ``rollouts`` or ``demos`` (the bands always come from the rollouts).
+        sampler: the sampler of the round's collection (the plain rollouts included): ``policy`` (the
+            policy's own), ``ddim`` or ``ddpm`` (every training step, as ReGuide; diffusion policies only).
+        inference_steps: denoising steps (``None``: the sampler's default: the policy's own for
+            ``policy``, 10 for DDIM, every training step for DDPM).
+        measure_change: on every inference where guidance was applied, sample the same chunk again
+            without guidance from the same generator state and record the change of the executed
+            actions (one extra sampling per guided inference; see :mod:`rewind.loop.guided_diagnostics`).
     """
 
     phases: int = 3
@@ -62,6 +77,10 @@ class GuidedConfig:
     rollouts: int = 20
     rollout_seed: int = 40000
     dynamics_steps: int = 500
+    dynamics_data: str = "both"
+    sampler: str = "policy"
+    inference_steps: int | None = None
+    measure_change: bool = True
 
     def __post_init__(self) -> None:
         for name in ("phases", "prototypes", "pca_dim", "last_k", "rollouts", "dynamics_steps"):
@@ -72,8 +91,12 @@ class GuidedConfig:
             0.0 <= self.low_pct < self.high_pct <= 100.0,
             f"recovery.guided needs 0 <= low_pct < high_pct <= 100; got {self.low_pct}, {self.high_pct}",
         )
-        require(self.scale > 0, f"recovery.guided.scale must be > 0; got {self.scale}")
+        check_range("recovery.guided.scale", self.scale, 0.0)
         require(self.temperature > 0, f"recovery.guided.temperature must be > 0; got {self.temperature}")
+        check_choice("recovery.guided.dynamics_data", self.dynamics_data, DYNAMICS_DATA)
+        check_choice("recovery.guided.sampler", self.sampler, SAMPLERS)
+        if self.inference_steps is not None:
+            check_range("recovery.guided.inference_steps", self.inference_steps, 1)
 
 
 def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 50) -> tuple[np.ndarray, np.ndarray]:
@@ -193,9 +216,13 @@ class DriftGuide:
         self.p: torch.Tensor | None = None
         self.ph: torch.Tensor | None = None
         self.calls = self.guided = 0
+        #: Of the current inference (reset by :meth:`set_latent`): whether guidance changed ``x0`` in
+        #: any of its steps, and the summed L2 norm of those changes on row 0 (normalised units).
+        self.inference_gated, self.inference_term = False, 0.0
 
     def set_latent(self, z: torch.Tensor | None) -> None:
         """Encoder features ``[1, F]`` of the window the next chunk is sampled for (``None``: off)."""
+        self.inference_gated, self.inference_term = False, 0.0
         if z is None:
             self.p = self.ph = None
             return
@@ -225,4 +252,7 @@ class DriftGuide:
                 return x0
             (grad,) = torch.autograd.grad((d * on).sum(), x)
         self.guided += 1
-        return x0 - self.scale * grad.to(x0.dtype)
+        step = self.scale * grad.to(x0.dtype)
+        self.inference_gated = True
+        self.inference_term += float(step[0].norm())
+        return x0 - step

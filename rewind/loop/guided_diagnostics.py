@@ -1,0 +1,231 @@
+"""What guided collection did to the policy (issue 13 §2), so that a null result has a cause.
+
+Per chunk inference of a guided round (:class:`GuidanceDiagnostics`, driven by
+:class:`~rewind.loop.guided_source.GuidedSource`):
+
+* **gated**: guidance changed the clean-action estimate in at least one of the last ``K`` denoising
+  steps (its drift was inside the phase's band and ``scale > 0``);
+* **drift** of the chunk that was executed (the predicted latent's softmin distance to the phase
+  prototypes, :meth:`~rewind.loop.guided.DriftGuide.drift`) and whether it lies inside the band;
+* **action change**: the same chunk sampled again *without* guidance from the same generator state
+  (same initial noise, same DDPM step noise), compared on the executed actions: the mean L2 norm of
+  the difference per action (env units) and the mean absolute difference per dimension (normalised
+  units, where the action range is ``[-1, 1]``). An inference where the gate stayed off counts as 0
+  (the hook returned the estimate unchanged). ``guidance_term`` is the summed norm of the
+  corrections ``scale * grad`` themselves (normalised units, row 0).
+
+Per episode: the max and the mean drift; over the round, the AUROC of each for failure
+(:func:`drift_auroc`: 0.5 = drift says nothing about failure, 1 = every failed episode drifted more
+than every successful one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rewind.config import ConfigError
+from rewind.loop.guided import DriftGuide
+from rewind.monitor.detection import auroc
+from rewind.policies.base import Obs
+from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy, make_scheduler
+from rewind.policies.obs_conditioned import GuidedChunkPolicy
+
+
+def denoising_steps(policy: GuidedChunkPolicy) -> int:
+    """Denoising (or Euler) steps one sampling of ``policy`` takes."""
+    cfg = policy.config
+    return int(cfg.inference_steps if isinstance(policy, DiffusionPolicy) else cfg.num_inference_steps)
+
+
+def use_sampler(policy: GuidedChunkPolicy, sampler: str, steps: int | None) -> int:
+    """Switch ``policy`` (the round's collection copy) to ``sampler`` (``policy``, ``ddim``, ``ddpm``)
+    with ``steps`` denoising steps (``None``: the sampler's default); returns the steps now used."""
+    if sampler == "policy" and steps is None:
+        return denoising_steps(policy)
+    if not isinstance(policy, DiffusionPolicy) and sampler != "policy":
+        raise ConfigError(
+            f"recovery.guided.sampler={sampler} needs a diffusion policy; got {type(policy).__name__}"
+        )
+    cfg = policy.config
+    kind = cfg.scheduler if sampler == "policy" else sampler
+    try:
+        if isinstance(policy, DiffusionPolicy):
+            new = dataclasses.replace(cfg, scheduler=kind, num_inference_steps=steps)
+        else:
+            new = dataclasses.replace(cfg, num_inference_steps=steps)
+    except ConfigError as exc:
+        raise ConfigError(f"recovery.guided.sampler={sampler}, inference_steps={steps}: {exc}") from exc
+    policy.config = new
+    if isinstance(policy, DiffusionPolicy):
+        policy.sampler = make_scheduler(new, kind)
+    return denoising_steps(policy)
+
+
+def drift_auroc(scores: list[float], failed: list[bool]) -> float | None:
+    """AUROC of ``scores`` for failure (failed episodes positive); ``None`` without both classes."""
+    pos = [s for s, f in zip(scores, failed, strict=True) if f]
+    neg = [s for s, f in zip(scores, failed, strict=True) if not f]
+    return auroc(pos, neg) if pos and neg else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def action_change(
+    policy: GuidedChunkPolicy,
+    chunk: torch.Tensor,
+    window: Obs,
+    gen_state: torch.Tensor,
+    gen_device: torch.device | None,
+    num_samples: int = 1,
+) -> tuple[float, float]:
+    """How far the executed actions of ``chunk`` ``[1, H, Da]`` (env units) are from the chunk the
+    policy samples for ``window`` *without* guidance from the generator state ``gen_state`` (the one
+    ``chunk`` was sampled from, ``num_samples`` per inference as then): the mean L2 norm of the
+    difference per action (env units) and the mean absolute difference (normalised units)."""
+    gen = torch.Generator(device=gen_device or "cpu")
+    gen.set_state(gen_state)
+    saved, policy.guidance = policy.guidance, None
+    try:
+        plain = policy.predict_chunk(window, num_samples, gen)[:, 0]
+    finally:
+        policy.guidance = saved
+    first = policy.n_obs_steps - 1
+    sl = slice(first, first + policy.n_action_steps)
+    diff = (chunk[0, sl] - plain[0, sl]).float()
+    unit = policy.normalizer.normalize("action", chunk) - policy.normalizer.normalize("action", plain)
+    return float(diff.norm(dim=-1).mean()), float(unit[0, sl].abs().mean())
+
+
+@dataclass
+class _Pending:
+    """An inference whose chunk is being sampled: its window, generator state and the chunk before it."""
+
+    window: Obs
+    gen_state: torch.Tensor | None
+    gen_device: torch.device | None
+    previous: Any
+
+
+@dataclass
+class EpisodeDiagnostics:
+    """One guided episode: per-inference drift, band, gate and action change; its outcome."""
+
+    drift: list[float] = field(default_factory=list)
+    in_band: list[bool] = field(default_factory=list)
+    gated: list[bool] = field(default_factory=list)
+    change: list[float] = field(default_factory=list)
+    change_norm: list[float] = field(default_factory=list)
+    term: list[float] = field(default_factory=list)
+    success: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Per-episode summary (no per-inference lists)."""
+        return {
+            "success": self.success,
+            "inferences": len(self.drift),
+            "gated": int(sum(self.gated)),
+            "in_band": int(sum(self.in_band)),
+            "max_drift": max(self.drift) if self.drift else None,
+            "mean_drift": _mean(self.drift),
+            "mean_action_change": _mean(self.change),
+        }
+
+
+class GuidanceDiagnostics:
+    """Collects the diagnostics of a guided round (see the module docstring).
+
+    Args:
+        guide: the round's :class:`DriftGuide`; measure_change: sample gated chunks again without
+            guidance to measure the action change (``recovery.guided.measure_change``).
+    """
+
+    def __init__(self, guide: DriftGuide, measure_change: bool) -> None:
+        self.guide, self.measure_change = guide, measure_change
+        self.episodes: list[EpisodeDiagnostics] = []
+        self._ep: EpisodeDiagnostics | None = None
+        self._pending: _Pending | None = None
+
+    def begin_episode(self) -> None:
+        """A new episode starts."""
+        self._ep, self._pending = EpisodeDiagnostics(), None
+
+    def start_inference(self, policy: GuidedChunkPolicy, window: Obs, gen: torch.Generator | None) -> None:
+        """The policy is about to sample a chunk for ``window`` with ``gen`` (after ``set_latent``)."""
+        chunks = policy.last_chunks
+        self._pending = _Pending(
+            window,
+            None if gen is None else gen.get_state(),
+            None if gen is None else gen.device,
+            chunks[-1] if chunks else None,
+        )
+
+    def finish_inference(self, policy: GuidedChunkPolicy) -> None:
+        """Record the inference started last, once its chunk exists (no-op otherwise)."""
+        pending, self._pending = self._pending, None
+        chunks = policy.last_chunks
+        if pending is None or self._ep is None or not chunks or chunks[-1] is pending.previous:
+            return
+        record = chunks[-1]
+        chunk = record.actions[:1]  # [1, H, Da] env units, sample 0 (the executed one)
+        x = policy.normalizer.normalize("action", chunk)
+        with torch.no_grad():
+            d, on = self.guide.drift(x)
+        ep, gated = self._ep, self.guide.inference_gated
+        ep.drift.append(float(d[0]))
+        ep.in_band.append(bool(on[0]))
+        ep.gated.append(gated)
+        ep.term.append(self.guide.inference_term)
+        if not self.measure_change:
+            return
+        change, change_norm = 0.0, 0.0
+        if gated and pending.gen_state is not None:
+            ns = 1 if record.samples is None else record.samples.shape[1]
+            change, change_norm = action_change(
+                policy, chunk, pending.window, pending.gen_state, pending.gen_device, ns
+            )
+        ep.change.append(change)
+        ep.change_norm.append(change_norm)
+
+    def end_episode(self, policy: GuidedChunkPolicy, success: bool) -> None:
+        """The episode is over (records its last inference and its outcome)."""
+        self.finish_inference(policy)
+        if self._ep is not None:
+            self._ep.success = bool(success)
+            self.episodes.append(self._ep)
+        self._ep = None
+
+    def summary(self) -> dict[str, Any]:
+        """Round totals (fractions over inferences, AUROCs over episodes) and the per-episode rows."""
+        eps = self.episodes
+        gated = [g for e in eps for g in e.gated]
+        changes = [c for e in eps for c in e.change]
+        gated_changes = [c for e in eps for c, g in zip(e.change, e.gated, strict=False) if g]
+        failed = [not e.success for e in eps]
+        drifted = [e for e in eps if e.drift]
+        return {
+            "inferences": len(gated),
+            "gated_fraction": float(np.mean(gated)) if gated else 0.0,
+            "in_band_fraction": _mean([float(b) for e in eps for b in e.in_band]),
+            "action_change_mean": _mean(changes) if self.measure_change else None,
+            "action_change_gated_mean": _mean(gated_changes) if self.measure_change else None,
+            "action_change_norm_mean": _mean([c for e in eps for c in e.change_norm])
+            if self.measure_change
+            else None,
+            "guidance_term_gated_mean": _mean(
+                [t for e in eps for t, g in zip(e.term, e.gated, strict=True) if g]
+            ),
+            "drift_mean": _mean([d for e in eps for d in e.drift]),
+            "drift_auroc_max": drift_auroc([max(e.drift) for e in drifted], [not e.success for e in drifted]),
+            "drift_auroc_mean": drift_auroc(
+                [float(np.mean(e.drift)) for e in drifted], [not e.success for e in drifted]
+            ),
+            "episodes_failed": int(sum(failed)),
+            "per_episode": [e.as_dict() for e in eps],
+        }
