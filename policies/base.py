@@ -145,27 +145,47 @@ class ActionChunkPolicy(nn.Module, ABC):
         """Next action ``[B, Da]`` for the current observation ``dict[key -> [B, ...]]``.
 
         Keeps the last ``To`` observations (the first is repeated at episode start), and when the
-        action queue is empty predicts a chunk and queues its ``Ta`` executable actions.
+        action queue is empty predicts a chunk and queues its ``Ta`` executable actions. The same as
+        :meth:`observe`, then :meth:`predict_chunk` + :meth:`accept_chunk` when a window came back, then
+        :meth:`next_action`: batched runners call these three themselves, so that the episodes due
+        for a chunk share one :meth:`predict_chunk` call (each with its own rollout state).
         """
+        window = self.observe(obs)
+        if window is not None:
+            self.accept_chunk(self.predict_chunk(window, num_samples, generator))
+        return self.next_action()
+
+    def observe(self, obs: Obs) -> Obs | None:
+        """Add ``obs`` ``dict[key -> [B, ...]]`` to the history; returns the window ``[B, To, ...]`` to
+        predict a chunk from when one is due (the action queue is empty), else ``None``."""
         s = self._state
         s.obs_history.append(obs)
         if len(s.obs_history) > self.n_obs_steps:
             s.obs_history.pop(0)
-        batch = next(iter(obs.values())).shape[0]
         if s.step is None:
-            s.step = np.zeros(batch, dtype=np.int64)
-        if not s.action_queue:
-            hist = [s.obs_history[0]] * (self.n_obs_steps - len(s.obs_history)) + s.obs_history
-            window = {k: torch.stack([h[k] for h in hist], dim=1) for k in obs}
-            samples = self.predict_chunk(window, num_samples, generator)
-            chunk = samples[:, 0]
-            s.chunks = [
-                *s.chunks[-1:],
-                ChunkRecord(chunk, s.step - self.n_obs_steps + 1, samples if num_samples > 1 else None),
-            ]
-            first = self.n_obs_steps - 1
-            s.action_queue = [chunk[:, i] for i in range(first, first + self.n_action_steps)]
-        s.step = s.step + 1
+            s.step = np.zeros(next(iter(obs.values())).shape[0], dtype=np.int64)
+        return None if s.action_queue else self.history_window()
+
+    def history_window(self) -> Obs:
+        """The observation window ``dict[key -> [B, To, ...]]`` of the history (first obs repeated)."""
+        hist = self._state.obs_history
+        hist = [hist[0]] * (self.n_obs_steps - len(hist)) + hist
+        return {k: torch.stack([h[k] for h in hist], dim=1) for k in hist[0]}
+
+    def accept_chunk(self, samples: torch.Tensor) -> None:
+        """Take ``samples`` ``[B, S, H, Da]`` predicted from :meth:`observe`'s window: record the chunk
+        (sample 0) for the monitor and queue its ``Ta`` executable actions."""
+        s = self._state
+        chunk = samples[:, 0]
+        start = s.step - self.n_obs_steps + 1  # type: ignore[operator]
+        s.chunks = [*s.chunks[-1:], ChunkRecord(chunk, start, samples if samples.shape[1] > 1 else None)]
+        first = self.n_obs_steps - 1
+        s.action_queue = [chunk[:, i] for i in range(first, first + self.n_action_steps)]
+
+    def next_action(self) -> torch.Tensor:
+        """The next action ``[B, Da]`` (after :meth:`observe` and, when due, :meth:`accept_chunk`)."""
+        s = self._state
+        s.step = s.step + 1  # type: ignore[operator]
         return s.action_queue.pop(0)
 
 

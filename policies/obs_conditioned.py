@@ -20,6 +20,7 @@ from rewind.policies.base import ActionChunkPolicy, Obs
 from rewind.policies.configuration_base import PolicyConfig
 from rewind.policies.encoders import ImageEncoder, LowDimEncoder
 from rewind.policies.guidance import GuidanceFn
+from rewind.policies.noise import RowGenerators
 from rewind.policies.normalizer import Normalizer
 from rewind.policies.shape_meta import is_image, low_dim_keys, normalize_shape_meta
 
@@ -206,9 +207,13 @@ class ObsConditionedPolicy(ActionChunkPolicy):
         """``[B, F]`` -> ``[B * S, F]`` (each row repeated ``S`` times, sample-major inside a row)."""
         return features.repeat_interleave(num_samples, dim=0)
 
-    def initial_noise(self, batch: int, generator: torch.Generator | None) -> torch.Tensor:
-        """Standard normal ``[batch, H, Da]`` drawn on the generator's device, moved to the policy's."""
+    def initial_noise(self, batch: int, generator: torch.Generator | RowGenerators | None) -> torch.Tensor:
+        """Standard normal ``[batch, H, Da]`` drawn on the generator's device, moved to the policy's.
+        With :class:`~rewind.policies.noise.RowGenerators` each row block comes from its own stream,
+        which also keeps that row's episode noise (``noise_mode=episode``)."""
         shape = (batch, self.horizon, self.action_dim)
+        if isinstance(generator, RowGenerators):
+            return generator.initial_noise(shape, self.device, reuse=self.noise_mode == "episode")
         cached = self._episode_noise
         if self.noise_mode == "episode" and cached is not None and cached.shape == shape:
             return cached

@@ -32,6 +32,7 @@ from rewind.policies.act.configuration_act import ACTConfig
 from rewind.policies.act.ensemble import ACTPolicyState, TemporalEnsembler
 from rewind.policies.act.network_act import ACTNetwork, kl_to_standard_normal
 from rewind.policies.base import ChunkRecord, Obs, PolicyState
+from rewind.policies.noise import normal
 from rewind.policies.obs_conditioned import ObsConditionedPolicy
 
 
@@ -140,8 +141,7 @@ class ACTPolicy(ObsConditionedPolicy):
         b, zdim = tokens.shape[0], self.config.latent_dim
         z = tokens.new_zeros(b, num_samples, zdim)
         if num_samples > 1:
-            dev = generator.device if generator is not None else tokens.device
-            z[:, 1:] = torch.randn((b, num_samples - 1, zdim), generator=generator, device=dev).to(z)
+            z[:, 1:] = normal((b, num_samples - 1, zdim), generator, tokens.device).to(z)
         tokens = tokens.repeat_interleave(num_samples, dim=0)
         chunk = self.net.decode(self.net.memory(tokens, z.reshape(b * num_samples, zdim)))
         chunk = self.normalizer.unnormalize("action", chunk)
@@ -160,30 +160,37 @@ class ACTPolicy(ObsConditionedPolicy):
         """Restore a state from :meth:`get_state` (a plain :class:`PolicyState` has an empty ensemble)."""
         self._state = ACTPolicyState.copy_of(state)
 
-    @torch.no_grad()
-    def select_action(
-        self, obs: Obs, num_samples: int = 1, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Next action ``[B, Da]`` for ``obs`` ``dict[key -> [B, ...]]``.
-
-        Without temporal ensembling this is the base class's queue (a chunk every ``Ta`` steps).
-        With it, a chunk is predicted at *every* step and recorded in :attr:`last_chunks` (so the
-        monitor compares chunks one step apart, overlap ``H - To``); the returned action is the
-        exponentially weighted average of every pending chunk's prediction for this step.
+    def observe(self, obs: Obs) -> Obs | None:
+        """Without temporal ensembling the base class's queue (a chunk every ``Ta`` steps). With it, a
+        chunk is due at *every* step: the window always comes back, every chunk is recorded in
+        :attr:`last_chunks` (so the monitor compares chunks one step apart, overlap ``H - To``) and the
+        action is the exponentially weighted average of every pending chunk's prediction for the step.
         """
         if self.ensembler is None:
-            return super().select_action(obs, num_samples, generator)
+            return super().observe(obs)
         s = self._state
-        assert isinstance(s, ACTPolicyState)
         s.obs_history = [*s.obs_history, obs][-self.n_obs_steps :]
         if s.step is None:
             s.step = np.zeros(next(iter(obs.values())).shape[0], dtype=np.int64)
-        hist = [s.obs_history[0]] * (self.n_obs_steps - len(s.obs_history)) + s.obs_history
-        window = {k: torch.stack([h[k] for h in hist], dim=1) for k in obs}
-        samples = self.predict_chunk(window, num_samples, generator)
+        return self.history_window()
+
+    def accept_chunk(self, samples: torch.Tensor) -> None:
+        """Record the chunk and, with temporal ensembling, push it onto the ensemble (see :meth:`observe`)."""
+        if self.ensembler is None:
+            super().accept_chunk(samples)
+            return
+        s = self._state
+        assert isinstance(s, ACTPolicyState)
         chunk = samples[:, 0]
-        record = ChunkRecord(chunk, s.step - self.n_obs_steps + 1, samples if num_samples > 1 else None)
+        record = ChunkRecord(chunk, s.step - self.n_obs_steps + 1, samples if samples.shape[1] > 1 else None)
         s.chunks = [*s.chunks[-1:], record]
         s.ensemble = self.ensembler.push(s.ensemble, chunk[:, self.n_obs_steps - 1 :])
-        s.step = s.step + 1
+
+    def next_action(self) -> torch.Tensor:
+        """The queue's next action, or with temporal ensembling the ensembled action of this step."""
+        if self.ensembler is None:
+            return super().next_action()
+        s = self._state
+        assert isinstance(s, ACTPolicyState)
+        s.step = s.step + 1  # type: ignore[operator]
         return self.ensembler.action(s.ensemble)

@@ -22,6 +22,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from rewind.policies.diffusion.configuration_diffusion import DiffusionConfig
 from rewind.policies.diffusion.unet import ConditionalUnet1D
 from rewind.policies.guidance import GuidanceFn, eps_from_x0, x0_from_eps
+from rewind.policies.noise import RowGenerators, step_generators
 from rewind.policies.obs_conditioned import GuidedChunkPolicy, masked_weighted_mse
 
 
@@ -80,7 +81,11 @@ class DiffusionPolicy(GuidedChunkPolicy):
         return masked_weighted_mse(pred, target, mask, weight)
 
     def _generate(
-        self, cond: torch.Tensor, generator: torch.Generator | None, guidance: GuidanceFn | None, last_k: int
+        self,
+        cond: torch.Tensor,
+        generator: torch.Generator | RowGenerators | None,
+        guidance: GuidanceFn | None,
+        last_k: int,
     ) -> torch.Tensor:
         """Reverse process from ``N(0, I)``: ``cond`` ``[N, F]`` -> normalized chunks ``[N, H, Da]``."""
         sched = self.sampler
@@ -91,7 +96,7 @@ class DiffusionPolicy(GuidedChunkPolicy):
             out = self.unet(x, t.to(x.device).expand(x.shape[0]), cond)
             if guidance is not None and i >= len(timesteps) - last_k:
                 out = self._guide(out, x, int(t), guidance)
-            x = sched.step(out, t, x, generator=generator).prev_sample
+            x = sched.step(out, t, x, generator=step_generators(generator, x.shape[0])).prev_sample
         return x
 
     def _guide(self, out: torch.Tensor, x_t: torch.Tensor, t: int, guidance: GuidanceFn) -> torch.Tensor:
