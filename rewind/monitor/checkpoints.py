@@ -23,6 +23,7 @@ has not improved for ``patience`` steps; the snapshot kept is the one of the pea
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable
@@ -302,6 +303,12 @@ class CheckpointTracker:
         self.reached: list[ReachedCheckpoint] = []
         self._best: tuple[float, int, Any, dict[str, np.ndarray]] | None = None
         self._since = 0
+
+    def for_episode(self) -> CheckpointTracker:
+        """A copy with its own tracking state (the library is shared); :meth:`reset` starts it."""
+        tracker = copy.copy(self)
+        tracker.reached, tracker._best, tracker._since = [], None, 0
+        return tracker
 
     def reset(self, start: ReachedCheckpoint) -> None:
         """New episode: only the episode start is reached."""

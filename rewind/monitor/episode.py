@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -28,12 +28,15 @@ import numpy as np
 import torch
 
 from rewind.config import check_choice, check_range, require
-from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, ActionError, TaskEnv
+from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, TaskEnv
 from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
 from rewind.monitor.conformal import Calibration
 from rewind.monitor.features import FeatureExtractor
 from rewind.monitor.scores import FailureScore
+from rewind.monitor.steps import EpisodeLog, PendingStep, RewindPlan, StepResult
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
+from rewind.policies.noise import NoiseStream
+from rewind.rollout.pool import StepOutcome, step_one
 
 REWIND_MODES = ("restore", "drive")
 
@@ -90,47 +93,6 @@ class Monitor:
         return math.inf if self.calibration is None else self.calibration.threshold_at(step)
 
 
-@dataclass
-class StepResult:
-    """One control step of a monitored episode.
-
-    Attributes:
-        step: control step index of the action (0 = first action of the episode).
-        obs: observation *before* the action; action: what was applied ``[Da]``.
-        source: who acted (``policy``, ``recovery``, ``correction``, ``human``...).
-        info: the env's info after the step; done: the episode ended.
-        score / threshold: monitor value when it produced one this step, else ``None``.
-        alarm: the score crossed the threshold this step.
-        checkpoint: a rewind checkpoint reached this step, else ``None``.
-        state: flat physics state before the action (what the store records).
-    """
-
-    step: int
-    obs: dict[str, np.ndarray]
-    action: np.ndarray
-    source: str
-    info: dict[str, Any]
-    done: bool
-    state: np.ndarray
-    score: float | None = None
-    threshold: float | None = None
-    alarm: bool = False
-    checkpoint: ReachedCheckpoint | None = None
-
-
-@dataclass
-class EpisodeLog:
-    """What happened in one episode: scores per step, events (alarms, checkpoints, rewinds)."""
-
-    seed: int
-    scores: list[float | None] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    rewinds: int = 0
-    external_steps: int = 0
-    monitor_time_s: float = 0.0
-    monitor_calls: int = 0
-
-
 def rewindable(env: gym.Env) -> Any:
     """The outermost layer of ``env`` with ``snapshot()``/``restore()``: perturbation wrappers
     snapshot their schedule with the simulator, so a restore also returns to the same moment of the
@@ -175,6 +137,9 @@ class MonitoredEpisode:
         self._start: ReachedCheckpoint | None = None
         self._rewindable = rewindable(env)
         self._features = FeatureExtractor(policy) if tracker is not None else None
+        #: The episode's noise stream when a batched runner samples for it (its episode noise is
+        #: cleared with the policy's rollout state).
+        self.noise: NoiseStream | None = None
         #: Called with every executed step, in the order the env saw them (policy, drive, external).
         self.on_step: Callable[[StepResult], None] | None = None
 
@@ -215,43 +180,67 @@ class MonitoredEpisode:
 
     def _clear_policy(self) -> None:
         self.policy.reset()
+        if self.noise is not None:
+            self.noise.clear()
         if self.monitor is not None:
             self.monitor.score.reset()
 
-    def _torch_obs(self) -> dict[str, torch.Tensor]:
+    def policy_obs(self) -> dict[str, torch.Tensor]:
+        """The current observation as the policy takes it: ``dict[key -> [1, ...]]`` tensors."""
         return to_torch_obs({k: self.obs[k][None] for k in self.keys}, self.device)
 
     # ----------------------------------------------------------------- stepping
     def _apply(self, action: np.ndarray, source: str) -> StepResult:
         """Step the env with ``action``; a rejected action ends the episode as a simulation error."""
-        step, obs, state = self.step_count, self.obs, self.base.physics_state()
-        try:
-            new_obs, _, terminated, truncated, info = self.env.step(action)
-        except ActionError as exc:
-            new_obs, terminated, truncated = obs, True, False
-            info = {"stage": -1, "success": False, "sim_error": f"action rejected: {exc}"}
-        self.obs, self.info = new_obs, info
+        before = self.before_step()
+        return self.after_step(before, action, source, step_one(self.env, action))
+
+    def before_step(self) -> PendingStep:
+        """What a step records from before its action (batched runners step the env in between)."""
+        return PendingStep(self.step_count, self.obs, self.base.physics_state())
+
+    def after_step(
+        self, before: PendingStep, action: np.ndarray, source: str, outcome: StepOutcome
+    ) -> StepResult:
+        """Take the env's ``outcome`` (a :func:`~rewind.rollout.pool.step_many` row) of ``action``."""
+        new_obs, _, terminated, truncated, info = outcome
+        self.obs = before.obs if new_obs is None else new_obs
+        self.info = info
         self.done = bool(terminated or truncated)
         if self._features is not None:
-            self._features.push(new_obs)
+            self._features.push(self.obs)
         executed = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
-        return StepResult(step, obs, executed, source, info, self.done, state)
+        return StepResult(before.step, before.obs, executed, source, info, self.done, before.state)
 
     def policy_step(self) -> StepResult:
         """The policy acts for one control step; the monitor and the tracker observe it."""
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        ns = self.monitor.score.num_samples if self.monitor is not None else 1
-        action = self.policy.select_action(self._torch_obs(), ns, self.generator)[0].float().cpu().numpy()
-        res = self._apply(action, "policy")
+        action = self.policy.select_action(self.policy_obs(), self.num_samples, self.generator)
+        res = self._apply(action[0].float().cpu().numpy(), "policy")
+        self.observe_policy_step(res)
+        if self.wants_rewind(res):
+            self.rewind()
+        return res
+
+    @property
+    def num_samples(self) -> int:
+        """Chunks the policy samples per inference (what the monitor's score needs)."""
+        return self.monitor.score.num_samples if self.monitor is not None else 1
+
+    def observe_policy_step(self, res: StepResult) -> None:
+        """After a policy step: the monitor scores it, the tracker updates, ``on_step`` receives it."""
         t0 = time.perf_counter()
         self._observe(res)
         self.log.monitor_time_s += time.perf_counter() - t0
         self.log.monitor_calls += 1
         self._emit(res)
-        if res.alarm and self.cfg.auto_rewind and self.log.rewinds < self.cfg.max_rewinds and not res.done:
-            self.rewind()
-        return res
+
+    def wants_rewind(self, res: StepResult) -> bool:
+        """The policy step ``res`` raised an alarm that rewinds now (auto-rewind, budget left, not done)."""
+        return bool(
+            res.alarm and self.cfg.auto_rewind and self.log.rewinds < self.cfg.max_rewinds and not res.done
+        )
 
     def _observe(self, res: StepResult) -> None:
         """Score the step and track checkpoints (the per-control-step monitor cost)."""
@@ -311,6 +300,14 @@ class MonitoredEpisode:
         """Go back to reached checkpoint ``target`` (an index into :attr:`checkpoints`; default the
         latest). ``on_step(StepResult)`` receives the steps of a ``drive`` rewind (source ``recovery``).
         Returns the rewind event (its ``outcome`` is filled in when the episode ends)."""
+        plan = self.begin_rewind(target, mode)
+        while (action := self.drive_action(plan)) is not None:
+            self.drive_step_done(plan, self._apply(action, "recovery"), on_step)
+        return self.end_rewind(plan)
+
+    def begin_rewind(self, target: int | None = None, mode: str | None = None) -> RewindPlan:
+        """Start a rewind (see :meth:`rewind`): ``restore`` is done here; ``drive`` then takes the
+        steps of :meth:`drive_action` until it returns ``None``; :meth:`end_rewind` finishes."""
         mode = mode or self.cfg.mode
         check_rewind_mode(mode, "rewind mode")
         cps = self.checkpoints
@@ -318,44 +315,55 @@ class MonitoredEpisode:
             names = ", ".join(f"{i}: {c.name}" for i, c in enumerate(cps))
             raise ValueError(f"rewind target {target} is not a reached checkpoint; reached: {names}")
         cp = cps[-1 if target is None else target]
-        from_step = self.step_count
-        steps = 0
+        plan = RewindPlan(cp, mode, self.step_count)
         if mode == "restore":
             self._rewindable.restore(cp.snapshot)
             self.obs, self.done = self.base.observation(), False
             self.info = {"stage": self.base.stage(), "success": self.base.is_success()}
             self._reset_features()
         else:
-            steps = self._drive_to(cp, on_step)
+            plan.grip_closed = float(cp.obs["gripper"][0]) < float(self.obs["gripper"][0]) - 0.005
+        return plan
+
+    def drive_action(self, plan: RewindPlan) -> np.ndarray | None:
+        """The next step of a ``drive`` rewind toward the checkpoint's pose and finger command, or
+        ``None`` when it has arrived, spent its step budget, or the episode ended (and for ``restore``)."""
+        if plan.mode != "drive" or plan.steps >= self.cfg.drive_max_steps or self.done:
+            return None
+        target = np.asarray(plan.checkpoint.obs["eef_pos"], dtype=np.float64)
+        cos, sin = plan.checkpoint.obs["eef_yaw"][:2]
+        pos_err = target - self.base.gripper_pos()
+        yaw_err = math.remainder(math.atan2(float(sin), float(cos)) - self.base.gripper_yaw(), 2 * math.pi)
+        if np.linalg.norm(pos_err) < self.cfg.drive_pos_tol and abs(yaw_err) < self.cfg.drive_yaw_tol:
+            return None
+        a = np.zeros(5, dtype=np.float32)
+        a[:3] = np.clip(pos_err / MAX_DPOS, -1, 1)
+        a[3] = np.clip(yaw_err / MAX_DYAW, -1, 1)
+        a[4] = -1.0 if plan.grip_closed else 1.0
+        return a
+
+    def drive_step_done(self, plan: RewindPlan, res: StepResult, on_step: Any = None) -> None:
+        """Count and emit a step of a ``drive`` rewind (``on_step`` receives it too)."""
+        self.log.external_steps += 1
+        self.log.scores.append(None)
+        self._emit(res, on_step)
+        plan.steps += 1
+
+    def end_rewind(self, plan: RewindPlan) -> dict[str, Any]:
+        """Finish a rewind: forget later checkpoints, clear the policy, log the ``rewind`` event."""
         if self.tracker is not None:
-            self.tracker.truncate(cp)
+            self.tracker.truncate(plan.checkpoint)
         self._clear_policy()
         self.log.rewinds += 1
+        cp = plan.checkpoint
         return self.event(
-            "rewind", from_step, checkpoint=cp.name, checkpoint_step=cp.step, mode=mode, drive_steps=steps
+            "rewind",
+            plan.from_step,
+            checkpoint=cp.name,
+            checkpoint_step=cp.step,
+            mode=plan.mode,
+            drive_steps=plan.steps,
         )
-
-    def _drive_to(self, cp: ReachedCheckpoint, on_step: Any) -> int:
-        """Drive the gripper to the checkpoint's pose and finger command; returns the steps taken."""
-        target = np.asarray(cp.obs["eef_pos"], dtype=np.float64)
-        yaw = math.atan2(float(cp.obs["eef_yaw"][1]), float(cp.obs["eef_yaw"][0]))
-        grip_closed = float(cp.obs["gripper"][0]) < float(self.obs["gripper"][0]) - 0.005
-        steps = 0
-        while steps < self.cfg.drive_max_steps and not self.done:
-            pos_err = target - self.base.gripper_pos()
-            yaw_err = math.remainder(yaw - self.base.gripper_yaw(), 2 * math.pi)
-            if np.linalg.norm(pos_err) < self.cfg.drive_pos_tol and abs(yaw_err) < self.cfg.drive_yaw_tol:
-                break
-            a = np.zeros(5, dtype=np.float32)
-            a[:3] = np.clip(pos_err / MAX_DPOS, -1, 1)
-            a[3] = np.clip(yaw_err / MAX_DYAW, -1, 1)
-            a[4] = -1.0 if grip_closed else 1.0
-            res = self._apply(a, "recovery")
-            self.log.external_steps += 1
-            self.log.scores.append(None)
-            self._emit(res, on_step)
-            steps += 1
-        return steps
 
     def finish(self) -> EpisodeLog:
         """Close the episode's log: every rewind event gets the episode's outcome."""

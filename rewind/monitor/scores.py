@@ -1,9 +1,9 @@
 """Failure scores: one number per inference step that rises when the policy is failing.
 
-Every score implements :class:`FailureScore`: the monitored episode calls :meth:`FailureScore.update` after each
-control step with the policy's rollout state; the score returns a new value when the policy computed
-a new chunk (every ``n_action_steps`` steps) and ``None`` otherwise, so a score costs nothing between
-inferences. Scores are per env: a monitored episode drives one env per policy state (``B = 1``).
+Every score implements :class:`FailureScore`: the monitored episode calls :meth:`FailureScore.update`
+after each control step with the policy's rollout state; the score returns a new value when the policy
+computed a new chunk (every ``n_action_steps`` steps) and ``None`` otherwise, so a score costs nothing
+between inferences. Scores are per env: a monitored episode drives one env per policy state (``B = 1``).
 
 Names (``monitor.score=``):
 
@@ -19,6 +19,7 @@ Names (``monitor.score=``):
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -43,6 +44,13 @@ class FailureScore(ABC):
 
     def reset(self) -> None:  # noqa: B027 (optional hook)
         """Start of an episode (and after a rewind: the previous chunk no longer applies)."""
+
+    def for_episode(self, seed: int) -> FailureScore:
+        """A copy with its own episode state, for the episode with env seed ``seed`` (batched rollouts
+        keep one per episode; settings and reference data are shared, :meth:`reset` makes the state)."""
+        score = copy.copy(self)
+        score.reset()
+        return score
 
     @abstractmethod
     def update(self, policy: ActionChunkPolicy) -> float | None:
@@ -213,6 +221,13 @@ class RandomScore(_ChunkScore):
         super().__init__()
         self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
+
+    def for_episode(self, seed: int) -> RandomScore:
+        """A copy drawing from its own stream, seeded by ``(seed, episode seed)``."""
+        score = copy.copy(self)
+        score.reset()
+        score._rng = np.random.default_rng([self.seed, int(seed)])
+        return score
 
     def first_value(self) -> float:
         return float(self._rng.random())
