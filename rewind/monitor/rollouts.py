@@ -1,6 +1,6 @@
-"""Monitored rollouts: many episodes of :class:`~rewind.monitor.episode.MonitoredEpisode`, one env at a
-time (each env has its own policy queue, so a rewind of one never disturbs another), with a progress
-bar, optional videos and optional recording into a replay store."""
+"""Monitored rollouts: many episodes of :class:`~rewind.monitor.episode.MonitoredEpisode`, ``B`` envs in
+lockstep (:mod:`rewind.monitor.batched`; ``B = 1`` is sequential, with the same results), with a
+progress bar, optional videos and optional recording into a replay store (in seed order)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import numpy as np
 from tqdm import tqdm
 
 from rewind.lockstep import EpisodeRecord, RolloutObserver
+from rewind.monitor.batched import DEFAULT_INFERENCE_ROWS, BatchedMonitoredRunner, EpisodeSlot, StepMany
 from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, StepResult
 from rewind.monitor.recording import EpisodeRecording
+from rewind.rollout.pool import step_many
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy
-from rewind.utils.seeding import episode_noise_seed, torch_generator
 
 
 @dataclass
@@ -56,37 +57,79 @@ def _record(ep: MonitoredEpisode, steps: int, max_stage: int, perturbations: lis
     )
 
 
-def run_monitored_episode(
-    ep: MonitoredEpisode,
-    seed: int,
-    recording: EpisodeRecording | None = None,
-    observers: Sequence[RolloutObserver] = (),
-) -> MonitoredRecord:
-    """One episode under the policy, auto-rewinding as configured; every step goes to ``recording``."""
-    ep.reset(seed)
-    info = {"stage": ep.info.get("stage", 0), "stage_name": ep.info.get("stage_name", "")}
-    for ob in observers:
-        ob.on_reset(0, ep.env, seed, info)
-    steps, max_stage, fired = 0, int(info["stage"]), []
+class _Tally:
+    """What one running episode has counted so far (``on_step`` of its monitored episode)."""
 
-    def on_step(res: StepResult) -> None:
-        nonlocal steps, max_stage
-        steps += 1
-        max_stage = max(max_stage, int(res.info.get("stage", -1)))
-        fired.extend(p.get("type", "?") for p in res.info.get("perturbation", ()))
-        if recording is not None:
-            recording.add(res)
-        for ob in observers:
-            ob.after_step(0, ep.env, 0.0, res.info)
+    def __init__(
+        self, slot: EpisodeSlot, recording: EpisodeRecording | None, observers: Sequence[Any]
+    ) -> None:
+        self.slot, self.recording, self.observers = slot, recording, observers
+        self.steps, self.fired = 0, []
+        self.max_stage = int(slot.ep.info.get("stage", 0))
 
-    ep.on_step = on_step
-    while not ep.done:
-        ep.policy_step()
-    return _record(ep, steps, max_stage, fired)
+    def on_step(self, res: StepResult) -> None:
+        self.steps += 1
+        self.max_stage = max(self.max_stage, int(res.info.get("stage", -1)))
+        self.fired.extend(p.get("type", "?") for p in res.info.get("perturbation", ()))
+        if self.recording is not None:
+            self.recording.add(res)
+        for ob in self.observers:
+            ob.after_step(self.slot.index, self.slot.ep.env, 0.0, res.info)
+
+
+class _Collector:
+    """Records, traces and store commits of a batched run, in seed order (episodes end in any order)."""
+
+    def __init__(
+        self,
+        store: ReplayStore | None,
+        version: str,
+        round_: int,
+        observers: Sequence[RolloutObserver],
+        bar: tqdm,
+    ) -> None:
+        self.store, self.version, self.round, self.observers, self.bar = (
+            store,
+            version,
+            round_,
+            observers,
+            bar,
+        )
+        self.tallies: dict[int, _Tally] = {}
+        self.ended: dict[int, tuple[MonitoredRecord, list[float | None], EpisodeRecording | None]] = {}
+        self.records: list[MonitoredRecord] = []
+        self.traces: list[list[float | None]] = []
+
+    def on_start(self, slot: EpisodeSlot, seed: int) -> None:
+        """Count the new episode's steps (and record them when there is a store)."""
+        tally = _Tally(slot, EpisodeRecording() if self.store is not None else None, self.observers)
+        self.tallies[slot.index] = tally
+        slot.ep.on_step = tally.on_step
+        info = {"stage": slot.ep.info.get("stage", 0), "stage_name": slot.ep.info.get("stage_name", "")}
+        for ob in self.observers:
+            ob.on_reset(slot.index, slot.ep.env, seed, info)
+
+    def on_end(self, slot: EpisodeSlot) -> None:
+        """Close the episode's record; commit every episode whose predecessors are all committed."""
+        tally = self.tallies.pop(slot.index)
+        slot.ep.on_step = None
+        rec = _record(slot.ep, tally.steps, tally.max_stage, tally.fired)
+        for ob in self.observers:
+            ob.on_end(slot.index, rec)
+        self.ended[slot.order] = (rec, list(slot.ep.log.scores), tally.recording)
+        while len(self.records) in self.ended:
+            rec, trace, recording = self.ended.pop(len(self.records))
+            if recording is not None and len(recording):
+                extra = {"events": rec.events, "rewinds": rec.rewinds}
+                recording.commit(self.store, rec.success, rec.seed, self.version, self.round, extra)
+            self.records.append(rec)
+            self.traces.append(trace)
+        self.bar.update(1)
+        self.bar.set_postfix(success=f"{np.mean([r.success for r in self.records] or [0.0]):.2f}")
 
 
 def run_monitored(
-    env: gym.Env,
+    envs: gym.Env | Sequence[gym.Env],
     loaded: LoadedPolicy,
     monitor: Monitor | None,
     tracker: CheckpointTracker | None,
@@ -98,25 +141,26 @@ def run_monitored(
     observers: Sequence[RolloutObserver] = (),
     progress: bool = True,
     desc: str = "monitored",
+    inference_rows: int = DEFAULT_INFERENCE_ROWS,
+    step: StepMany = step_many,
 ) -> tuple[list[MonitoredRecord], list[list[float | None]]]:
-    """Episodes ``seeds`` in order; returns the records and each episode's per-step score trace.
+    """Episodes ``seeds`` on ``envs`` (one env: sequential; ``B`` envs: batched, see
+    :mod:`rewind.monitor.batched`); returns the records and per-step score traces in seed order.
 
     Episode ``seed`` samples its policy noise from its own stream, seeded by ``(gen_seed, seed)``
-    (:func:`~rewind.utils.seeding.episode_noise_seed`): its result does not depend on the episodes run
-    before it, so a subset of the seeds (a Ray actor's share) gives the same records."""
+    (:func:`~rewind.utils.seeding.episode_noise_seed`), and inference runs in blocks of
+    ``inference_rows`` rows: an episode's record, events, trace and stored steps depend on neither the
+    batch size nor the episodes beside or before it (a Ray actor's share of the seeds gives the same
+    records). Episodes are committed to ``store`` in seed order; ``observers`` see env index ``i``.
+    """
+    envs = [envs] if isinstance(envs, gym.Env) else list(envs)
     device = next(loaded.policy.parameters()).device
-    ep = MonitoredEpisode(env, loaded.policy, monitor, tracker, rewind, device)
-    records, traces = [], []
-    bar = tqdm(seeds, desc=desc, disable=not progress)
-    for seed in bar:
-        rec = EpisodeRecording() if store is not None else None
-        ep.generator = torch_generator(episode_noise_seed(gen_seed, seed), device)
-        records.append(run_monitored_episode(ep, int(seed), rec, observers))
-        traces.append(list(ep.log.scores))
-        if rec is not None and len(rec):
-            extra = {"events": records[-1].events, "rewinds": records[-1].rewinds}
-            rec.commit(store, records[-1].success, int(seed), loaded.version, round_, extra)
-        for ob in observers:
-            ob.on_end(0, records[-1])
-        bar.set_postfix(success=f"{np.mean([r.success for r in records]):.2f}")
-    return records, traces
+    batch = envs[: max(1, min(len(envs), len(seeds)))]
+    runner = BatchedMonitoredRunner(
+        batch, loaded.policy, monitor, tracker, rewind, device, gen_seed, inference_rows, step
+    )
+    with tqdm(total=len(seeds), desc=desc, disable=not progress) as bar:
+        out = _Collector(store, loaded.version, round_, observers, bar)
+        runner.on_start, runner.on_end = out.on_start, out.on_end
+        runner.run([int(s) for s in seeds])
+    return out.records, out.traces
