@@ -49,12 +49,12 @@ def test_same_generator_state_without_guidance_changes_nothing(tiny_run, sampler
     assert action_change(policy, other, window, state, gen.device)[0] > 0
 
 
-def _collect(tiny_run, tmp_path: Path, scale: float, wide: bool) -> dict:
+def _collect(tiny_run, tmp_path: Path, scale: float, wide: bool, models=None) -> tuple[dict, object]:
     """Two guided Lift episodes; ``wide``: every drift inside the band (the gate always on)."""
     env = make_env("lift", max_steps=40)
     loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
     cfg = RecoveryConfig(name="guided", keep="all", guided=GuidedConfig(scale=scale, **SMALL))
-    source = GuidedSource(cfg, "lift")
+    source = GuidedSource(cfg, "lift", models=models)
     source.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path, 1))
     if wide:
         source.guide.low = torch.full_like(source.guide.low, -1e9)
@@ -65,21 +65,21 @@ def _collect(tiny_run, tmp_path: Path, scale: float, wide: bool) -> dict:
 
     collect_episodes(make, source, [5, 6], None, "all", loaded.version, 1)
     env.close()
-    return source.report()["diagnostics"]
+    return source.report()["diagnostics"], source.models
 
 
 def test_diagnostics_gate_and_action_change(tiny_run, tmp_path: Path) -> None:
     """Scale 0: never gated, no action change, drift still recorded; a band containing every drift
     and a large scale: gated at every inference and the executed actions move."""
-    off = _collect(tiny_run, tmp_path / "off", 0.0, wide=True)
+    off, models = _collect(tiny_run, tmp_path, 0.0, wide=True)
     assert off["inferences"] == 2 * 10 and off["gated_fraction"] == 0.0  # 40 steps / Ta 4, 2 episodes
     assert off["action_change_mean"] == 0.0 and off["in_band_fraction"] == 1.0
     assert off["drift_mean"] is not None and len(off["per_episode"]) == 2
-    on = _collect(tiny_run, tmp_path / "on", 5.0, wide=True)
+    on, _ = _collect(tiny_run, tmp_path, 5.0, wide=True, models=models)
     assert on["gated_fraction"] == 1.0 and on["action_change_gated_mean"] > 1e-3
     assert on["guidance_term_gated_mean"] > 0
-    plain = _collect(tiny_run, tmp_path / "band", 5.0, wide=False)
-    assert 0.0 <= plain["gated_fraction"] <= 1.0 and 0.0 <= plain["in_band_fraction"] <= 1.0
+    band, _ = _collect(tiny_run, tmp_path, 5.0, wide=False, models=models)
+    assert 0.0 <= band["gated_fraction"] <= 1.0 and 0.0 <= band["in_band_fraction"] <= 1.0
 
 
 def test_drift_auroc() -> None:
