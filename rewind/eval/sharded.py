@@ -1,0 +1,148 @@
+"""``rewind-eval`` on Ray (``rollout.backend=ray``): the episodes sharded over Ray actors.
+
+Each actor builds :class:`EvalJob` once: its own envs and its own copy of the policy, loaded from
+``policy_path`` with :func:`rewind.train.policy_api.load_policy` on the actor's device (the run folder
+travels as a path; a remote node needs the same path, e.g. a shared filesystem), and the monitor from
+``monitor.calibration``. A unit of seeds is what the local backend runs with the same noise:
+
+* without a monitor, one lockstep batch of ``num_envs`` seeds, its noise seeded by ``(seed, first
+  episode index)`` as in :mod:`rewind.eval.runner`;
+* with a monitor, one episode, its noise seeded by ``(seed, episode seed)`` (per-episode streams of
+  :func:`rewind.monitor.rollouts.run_monitored`).
+
+So the records equal the local backend's for the same seeds, whichever actor ran a unit. Episodes for
+``store_out`` are recorded into a :class:`~rewind.rollout.deferred.DeferredStore` in the actor and
+committed here, by the driver alone, in the local backend's order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from rewind.envs.config import build_env
+from rewind.envs.wrappers import apply_perturbations
+from rewind.eval.config import EvalConfig
+from rewind.eval.observers import StoreRecorder
+from rewind.lockstep import EpisodeRecord, run_batch
+from rewind.monitor.factory import load_monitor
+from rewind.monitor.rollouts import run_monitored
+from rewind.rollout.deferred import DeferredStore, PendingEpisode
+from rewind.rollout.ray_backend import RayOptions, run_sharded
+from rewind.store import ReplayStore, StoreSpec, store_spec_for
+from rewind.train.policy_api import load_policy
+from rewind.utils.device import resolve_device
+from rewind.utils.seeding import episode_noise_seed, torch_generator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UnitResult:
+    """What one unit of seeds sends back to the driver.
+
+    Attributes:
+        records: one record per seed, in seed order; traces: monitored runs' per-step score traces.
+        episodes: the unit's episodes for ``store_out``, in the order the local backend commits them.
+    """
+
+    records: list[EpisodeRecord]
+    traces: list[list[float | None]] = field(default_factory=list)
+    episodes: list[PendingEpisode] = field(default_factory=list)
+
+
+@dataclass
+class EvalJob:
+    """rewind-eval's episodes for one Ray actor: the command's config (paths and settings only)."""
+
+    cfg: EvalConfig
+
+    def build(self) -> EvalUnitRunner:
+        """Envs, policy weights and monitor, loaded in the actor's process."""
+        return EvalUnitRunner(self.cfg)
+
+
+class EvalUnitRunner:
+    """Runs units of seeds of one ``rewind-eval`` config (see the module docstring)."""
+
+    def __init__(self, cfg: EvalConfig) -> None:
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        n = 1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes)
+        self.envs = [apply_perturbations(build_env(cfg.env), cfg.perturbation) for _ in range(n)]
+        self.spec = store_spec_for(self.envs[0])
+        self.loaded = load_policy(
+            cfg.policy_path, self.envs[0], cfg.env.name, self.device, cfg.n_action_steps
+        )
+        w = self.loaded
+        self.monitor, self.tracker, _ = load_monitor(cfg.monitor, w.policy, w.weights_hash, cfg.seed)
+
+    def run(self, seeds: list[int]) -> UnitResult:
+        """The unit's records (and its episodes for the store, when ``store_out`` is set)."""
+        cfg = self.cfg
+        store = DeferredStore(self.spec) if cfg.store_out else None
+        with torch.no_grad():
+            if cfg.monitor.enabled:
+                records, traces = run_monitored(
+                    self.envs[0],
+                    self.loaded,
+                    self.monitor,
+                    self.tracker,
+                    cfg.rewind,
+                    seeds,
+                    cfg.seed,
+                    store,  # type: ignore[arg-type]  # a DeferredStore writes like a ReplayStore
+                    cfg.round,
+                    progress=False,
+                )
+            else:
+                observers = [StoreRecorder(store, self.loaded.version, cfg.round)] if store else []  # type: ignore[arg-type]
+                gen = batch_generator(cfg.seed, seeds[0] - cfg.seed, self.device)
+                records, traces = (
+                    run_batch(self.envs, self.loaded.policy, seeds, gen, self.device, observers),
+                    [],
+                )
+        return UnitResult(list(records), traces, store.take() if store else [])
+
+
+def batch_generator(seed: int, first: int, device: torch.device) -> torch.Generator:
+    """The noise of the lockstep batch whose first episode is ``seed + first`` (as ``rewind.eval.runner``)."""
+    return torch_generator(episode_noise_seed(seed, first), device)
+
+
+def units_of(cfg: EvalConfig) -> list[list[int]]:
+    """The units of seeds: one per episode with a monitor, else the lockstep batches of ``num_envs``."""
+    seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
+    size = 1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes)
+    return [seeds[i : i + size] for i in range(0, len(seeds), size)]
+
+
+def sharded_rollouts(
+    cfg: EvalConfig, spec: StoreSpec, options: RayOptions
+) -> tuple[list[EpisodeRecord], list[list[float | None]], dict[str, Any]]:
+    """All ``cfg.episodes`` episodes on Ray actors; returns the records and traces in seed order and
+    a summary of the backend (actors, restarts). ``store_out`` is written here, in the local order."""
+    records: list[EpisodeRecord] = []
+    traces: list[list[float | None]] = []
+    units = units_of(cfg)
+    opened = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
+    bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name} (ray)", disable=not cfg.progress)
+    with opened as store, bar:
+
+        def on_result(_: int, res: UnitResult) -> None:
+            for episode in res.episodes:
+                episode.commit_into(store)
+            records.extend(res.records)
+            traces.extend(res.traces)
+            bar.update(len(res.records))
+
+        restarts = run_sharded(EvalJob(cfg), units, options, on_result)
+    info = {"backend": "ray", "address": options.address, "actors": options.actors, "restarts": restarts}
+    return records, traces, info

@@ -1,0 +1,176 @@
+"""``rollout.backend=ray`` on a local Ray cluster with 2 CPUs, real MuJoCo and the session's tiny policy:
+records and stored episodes equal the local backend's (with and without a monitor); an actor killed
+mid-run has its seeds run again and the store gets each episode exactly once; a unit whose actors keep
+dying ends in a one-line error; an error raised in an actor reaches the driver as it was."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from rewind.config import ConfigError, to_dataclass  # noqa: E402
+from rewind.envs.registry import make_env  # noqa: E402
+from rewind.eval.config import EvalConfig  # noqa: E402
+from rewind.eval.runner import run_eval  # noqa: E402
+from rewind.eval.sharded import EvalJob, UnitResult, sharded_rollouts, units_of  # noqa: E402
+from rewind.monitor import Calibration  # noqa: E402
+from rewind.rollout.ray_backend import RayOptions, RayRolloutError, RayShards  # noqa: E402
+from rewind.store import ReplayStore, store_spec_for  # noqa: E402
+from rewind.train.policy_api import load_policy  # noqa: E402
+
+MAX_STEPS = 16
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster with 2 CPUs for this module (the backend uses it as it is)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test jobs below
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def _cfg(tiny_run: dict[str, Path], out: Path, **overrides: Any) -> EvalConfig:
+    node = {
+        "policy_path": str(tiny_run["train"]),
+        "env": {"name": "lift", "max_steps": MAX_STEPS},
+        "episodes": 5,
+        "num_envs": 2,
+        "device": "cpu",
+        "num_threads": 1,
+        "store_out": str(out / "store"),
+        "out_dir": str(out),
+        "wandb": {"mode": "disabled"},
+        "progress": False,
+        **overrides,
+    }
+    return to_dataclass(node, EvalConfig)
+
+
+def _always_alarm(tiny_run: dict[str, Path], folder: Path) -> Path:
+    env = make_env("lift")
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
+    env.close()
+    n = loaded.policy.n_action_steps
+    cal = Calibration("tide", 0.5, 1, 1e-12, loaded.weights_hash, score_params={"dims": None}, env="lift")
+    cal.n_action_steps = n
+    cal.save(folder)
+    return folder
+
+
+def _comparable(records: list[Any]) -> list[dict[str, Any]]:
+    """Records as dicts without the timing field."""
+    return [
+        {k: v for k, v in (r if isinstance(r, dict) else asdict(r)).items() if k != "monitor_ms"}
+        for r in records
+    ]
+
+
+def _stored(path: Path) -> list[tuple[Any, ...]]:
+    """Every episode of a store: its metadata and arrays, in store order."""
+    with ReplayStore.open(path) as store:
+        out = []
+        for info in store.episodes():
+            ep = store.load(info.id)
+            meta = (info.seed, info.success, info.n_operator_steps, info.extra, info.policy_version)
+            out.append((meta, ep.actions, ep.states, ep.sources, ep.obs))
+        return out
+
+
+def _assert_same_stores(a: Path, b: Path) -> None:
+    sa, sb = _stored(a), _stored(b)
+    assert [e[0] for e in sa] == [e[0] for e in sb]
+    for ea, eb in zip(sa, sb, strict=True):
+        for x, y in zip(ea[1:4], eb[1:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+        assert all(np.array_equal(ea[4][k], eb[4][k]) for k in ea[4])
+
+
+def _spec(cfg: EvalConfig):
+    env = make_env("lift", max_steps=MAX_STEPS)
+    try:
+        return store_spec_for(env)
+    finally:
+        env.close()
+
+
+def test_monitored_ray_equals_local(cluster, tiny_run, tmp_path) -> None:
+    cal = _always_alarm(tiny_run, tmp_path / "cal")
+    extra = {"episodes": 3, "monitor": {"score": "tide", "calibration": str(cal)}}
+    extra["rewind"] = {"mode": "restore", "max_rewinds": 1}
+    local = run_eval(_cfg(tiny_run, tmp_path / "local", **extra))
+    cfg = _cfg(tiny_run, tmp_path / "ray", **extra)
+    records, traces, info = sharded_rollouts(cfg, _spec(cfg), RayOptions(actors=2))
+    assert _comparable(records) == _comparable(local["records"])
+    assert [r.seed for r in records] == [0, 1, 2] and info["restarts"] == 0
+    assert len(traces) == 3 and all(r.rewinds == 1 for r in records)  # restore rewinds ran in the actors
+    _assert_same_stores(tmp_path / "local" / "store", tmp_path / "ray" / "store")
+
+
+def test_lockstep_ray_equals_local_with_an_actor_killed_mid_run(cluster, tiny_run, tmp_path) -> None:
+    local = run_eval(_cfg(tiny_run, tmp_path / "local", episodes=8, num_envs=2))
+    cfg = _cfg(tiny_run, tmp_path / "ray", episodes=8, num_envs=2)  # 4 lockstep batches of 2
+    records: list[Any] = []
+    with (
+        ReplayStore.create(cfg.store_out, _spec(cfg)) as store,
+        RayShards(EvalJob(cfg), RayOptions()) as shards,
+    ):
+
+        def on_result(i: int, res: UnitResult) -> None:
+            if i == 0:  # mid-run: the other actor is running a batch, and more are queued
+                assert list(shards.running) == [1]
+                cluster.kill(shards.actors[1])
+            for episode in res.episodes:  # the driver alone writes
+                episode.commit_into(store)
+            records.extend(res.records)
+
+        shards.wait_ready()  # both actors start with a batch, so both are busy when batch 0 is back
+        shards.run(units_of(cfg), on_result)
+        assert shards.restarts == 1
+    assert _comparable(records) == _comparable(local["records"])
+    assert sorted(e[0][0] for e in _stored(Path(cfg.store_out))) == list(range(8))  # each exactly once
+    _assert_same_stores(tmp_path / "local" / "store", Path(cfg.store_out))
+
+
+class _DyingJob:
+    """A job whose actor process dies in every unit (as if killed by the OS)."""
+
+    def build(self) -> _DyingJob:
+        return self
+
+    def run(self, seeds: list[int]) -> None:
+        os._exit(1)
+
+
+def test_retries_are_bounded(cluster) -> None:
+    with RayShards(_DyingJob(), RayOptions(actors=1, max_retries=1)) as shards:
+        with pytest.raises(RayRolloutError, match=r"seeds \[7\]: their Ray actor died 2 time\(s\)") as exc:
+            shards.run([[7], [8]], lambda i, r: None)
+        assert shards.restarts == 1
+    assert "\n" not in str(exc.value)
+
+
+class _FailingJob:
+    """A job whose build fails as it would on a node without the run folder."""
+
+    def build(self) -> None:
+        raise ConfigError("policy_path does not exist: /not/on/this/node")
+
+
+def test_an_error_in_the_actor_arrives_as_it_was(cluster) -> None:
+    with RayShards(_FailingJob(), RayOptions(actors=1)) as shards:
+        with pytest.raises(ConfigError, match="policy_path does not exist: /not/on/this/node"):
+            shards.run([[0]], lambda i, r: None)
+        assert shards.restarts == 0
