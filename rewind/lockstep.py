@@ -3,6 +3,8 @@
 Each batch resets every env with consecutive seeds and steps until all are done; a finished env is
 held (no longer stepped, its last observation still fed to the policy so the batch keeps its size).
 With a seeded ``torch.Generator`` the records are a pure function of the seeds and the weights.
+Envs step through :func:`rewind.rollout.pool.step_many`, so the batch may live in this process or in
+worker processes (:class:`rewind.rollout.workers.EnvWorkers`, ``rollout.workers=N``): same records.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rewind.envs.core.base import ActionError
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
+from rewind.rollout.pool import step_many
 
 
 @dataclass
@@ -64,17 +66,8 @@ def _stack(obs_list: list[dict[str, np.ndarray]], keys: list[str]) -> dict[str, 
     return {k: np.stack([o[k] for o in obs_list]) for k in keys}
 
 
-def _safe_step(env: gym.Env, action: np.ndarray) -> tuple[dict, float, bool, dict]:
-    """``env.step`` where a non-finite action ends the episode as a simulation error."""
-    try:
-        obs, reward, terminated, truncated, info = env.step(action)
-    except ActionError as exc:
-        return {}, 0.0, True, {"stage": -1, "success": False, "sim_error": f"policy action rejected: {exc}"}
-    return obs, float(reward), bool(terminated or truncated), info
-
-
 def run_batch(
-    envs: list[gym.Env],
+    envs: Sequence[gym.Env],
     policy: ActionChunkPolicy,
     seeds: list[int],
     generator: torch.Generator,
@@ -96,10 +89,12 @@ def run_batch(
     while not done.all():
         batch = to_torch_obs(_stack(obs_list, keys), device)
         actions = policy.select_action(batch, generator=generator).float().cpu().numpy()
-        for i in np.flatnonzero(~done):
+        active = np.flatnonzero(~done).tolist()
+        for i in active:
             for ob in observers:
                 ob.before_step(i, envs[i], obs_list[i], actions[i])
-            obs, reward, finished, info = _safe_step(envs[i], actions[i])
+        outcomes = step_many(envs, active, [actions[i] for i in active])
+        for i, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
             for ob in observers:
                 ob.after_step(i, envs[i], reward, info)
             rec = records[i]
@@ -109,9 +104,9 @@ def run_batch(
             rec.success = bool(info["success"])
             rec.sim_error = info.get("sim_error")
             rec.perturbations += [p.get("type", "?") for p in info.get("perturbation", ())]
-            if obs:
+            if obs is not None:
                 obs_list[i] = obs
-            if finished:
+            if terminated or truncated:
                 done[i] = True
                 for ob in observers:
                     ob.on_end(i, rec)

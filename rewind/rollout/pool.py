@@ -52,4 +52,7 @@ def step_many(
     """
     if len(indices) != len(actions):
         raise ValueError(f"step_many: {len(indices)} indices but {len(actions)} actions")
+    workers = getattr(envs[indices[0]], "worker_pool", None) if len(indices) else None
+    if workers is not None:  # proxies of rewind.rollout.workers.EnvWorkers: stepped in their processes
+        return workers.step_many(envs, indices, actions)
     return [step_one(envs[i], a) for i, a in zip(indices, actions, strict=True)]

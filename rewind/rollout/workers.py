@@ -1,0 +1,441 @@
+"""Environment workers (``rollout.workers=N``): the envs of a batch live in ``N`` subprocesses, the policy
+stays in this process and runs batched.
+
+:class:`EnvWorkers` starts the workers (``forkserver`` or ``spawn``, never ``fork``: torch may hold
+threads in the parent) and hands out one :class:`WorkerEnv` proxy per env. Env ``i`` lives in worker
+``i % N``. Observations, actions and physics states pass through one shared-memory block
+(:mod:`rewind.rollout.slots`); infos, snapshots and everything else through each worker's pipe.
+
+* ``rewind.rollout.pool.step_many(envs, indices, actions)`` steps proxies through
+  :meth:`EnvWorkers.step_many`: every worker steps its listed envs while the others do theirs; the
+  call returns when all are done, with the same rows as the in-process loop.
+* A proxy behaves like the env for what rollouts call: ``reset``, ``step``, ``snapshot``/``restore``
+  (of the outermost layer that has them; bit-exact through the boundary), ``render`` and
+  ``unwrapped.<anything>`` (``physics_state()`` and ``elapsed_steps`` are served without a round trip).
+* A worker that dies raises :class:`WorkerError` naming the worker and the seeds it was running; the
+  pool is closed then (the other workers stop too). A pool is closed by :meth:`EnvWorkers.close`, on
+  garbage collection, or at interpreter exit; its workers also exit when this process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing import connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rewind.config import check_choice, check_range, require
+from rewind.envs.config import EnvConfig, build_env
+from rewind.envs.wrappers import PerturbationConfig, apply_perturbations
+from rewind.rollout.pool import StepOutcome, rejected
+from rewind.rollout.worker_loop import Sync, serve
+from rewind.rollout.workers_io import (
+    Resources,
+    check_factory,
+    death_cause,
+    freeze,
+    main_hidden,
+    seeds_text,
+    start_context,
+)
+
+log = logging.getLogger(__name__)
+
+START_METHODS = ("forkserver", "spawn")
+
+
+class WorkerError(ValueError):
+    """An environment worker died or could not start. A ``ValueError`` subclass defined in rewind, so
+    commands report it as one line (exit status 2), like a store error."""
+
+
+@dataclass
+class RolloutConfig:
+    """How a command steps its envs (the ``rollout`` node).
+
+    Attributes:
+        workers: 0 steps the envs in this process; ``N >= 1`` steps them in ``N`` worker processes
+            (never more than there are envs), the policy batched in this process. Results are
+            identical either way.
+        start_method: how workers start: ``forkserver`` (one clean server process forks them) or
+            ``spawn``. Never ``fork``: torch threads in the parent do not survive a fork.
+        batch_size: monitored episodes stepped in lockstep (``rewind.monitor.batched``; 1: one at a
+            time). Results do not depend on it.
+        inference_rows: rows of every batched policy inference of monitored episodes (padded), so
+            that an episode's result does not depend on the batch; part of the result (0: unpadded,
+            fastest at ``batch_size=1``, equal across batch sizes only to float precision).
+    """
+
+    workers: int = 0
+    start_method: str = "forkserver"
+    batch_size: int = 10
+    inference_rows: int = 10
+
+    def __post_init__(self) -> None:
+        check_range("rollout.batch_size", self.batch_size, 1)
+        check_range("rollout.inference_rows", self.inference_rows, 0)
+        check_range("rollout.workers", self.workers, 0, 256)
+        check_choice("rollout.start_method", self.start_method, START_METHODS)
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable recipe for one env, as every worker builds it: the task ``env`` with the
+    perturbation wrappers ``perturbation`` enables."""
+
+    env: EnvConfig
+    perturbation: PerturbationConfig = field(default_factory=PerturbationConfig)
+
+    def __call__(self) -> gym.Env:
+        """Build the env."""
+        return apply_perturbations(build_env(self.env), self.perturbation)
+
+
+class EnvWorkers(Sequence["WorkerEnv"]):
+    """``num_envs`` envs built by ``factory`` in ``workers`` subprocesses; a sequence of proxies.
+
+    Args:
+        factory: picklable zero-argument callable that builds one env (e.g. :class:`EnvFactory`).
+        num_envs: envs in the pool; env ``i`` lives in worker ``i % workers``.
+        workers: worker processes (capped at ``num_envs``).
+        start_method: ``forkserver`` or ``spawn``.
+
+    Raises:
+        WorkerError: a worker died while starting. An exception raised by ``factory`` in a worker is
+            raised here as it was.
+    """
+
+    def __init__(
+        self, factory: Callable[[], gym.Env], num_envs: int, workers: int, start_method: str = "forkserver"
+    ) -> None:
+        require(num_envs >= 1, f"num_envs must be >= 1; got {num_envs}")
+        check_range("rollout.workers", workers, 1)
+        check_choice("rollout.start_method", start_method, START_METHODS)
+        self.num_workers = min(workers, num_envs)
+        self._owner = [g % self.num_workers for g in range(num_envs)]
+        self._seeds: list[int | None] = [None] * num_envs
+        self._elapsed: list[int | None] = [None] * num_envs
+        self._orders: list[dict[int, tuple[str, ...]]] = [{} for _ in range(self.num_workers)]
+        self._methods: set[tuple[str, str]] = set()
+        self._res = Resources()
+        self._finalizer = weakref.finalize(self, self._res.shutdown)
+        try:
+            self._start(start_context(start_method), factory, num_envs)
+        except BaseException:
+            self.close()
+            raise
+        self._envs = [WorkerEnv(self, g) for g in range(num_envs)]
+
+    # ------------------------------------------------------------------ start, close
+    def _start(self, ctx: Any, factory: Callable[[], gym.Env], num_envs: int) -> None:
+        res = self._res
+        check_factory(factory)
+        for w in range(self.num_workers):
+            mine = [g for g in range(num_envs) if self._owner[g] == w]
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=serve, args=(child, factory, mine), name=f"rewind-env-worker-{w}")
+            proc.daemon = True
+            res.procs.append(proc)
+            res.conns.append(parent)
+            with main_hidden():
+                proc.start()
+            child.close()
+        starting = dict.fromkeys(range(self.num_workers))
+        first = self._exchange(starting, lambda w: "starting")
+        self.layout, self.observation_space, self.action_space, self.metadata, self.render_mode = first[0]
+        res.shm = SharedMemory(create=True, size=num_envs * self.layout.size)
+        res.views = [self.layout.views(res.shm.buf, g) for g in range(num_envs)]
+        self._exchange({w: ("attach", res.shm.name) for w in starting}, lambda w: "starting")
+        log.debug("%d env workers started (%d envs)", self.num_workers, num_envs)
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by force) and free the shared block; safe to call twice."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """The pool was closed (or a worker died)."""
+        return not self._finalizer.alive
+
+    def __enter__(self) -> EnvWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers (worker ``w`` first)."""
+        return [int(p.pid) for p in self._res.procs]
+
+    # ------------------------------------------------------------------ sequence of proxies
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._envs[i]
+
+    def __iter__(self) -> Iterator[WorkerEnv]:
+        return iter(self._envs)
+
+    # ------------------------------------------------------------------ the calls
+    def step_many(
+        self, envs: Sequence[Any], indices: Sequence[int], actions: Sequence[np.ndarray]
+    ) -> list[StepOutcome]:
+        """:func:`rewind.rollout.pool.step_many` for proxies of this pool: the workers step their listed
+        envs at the same time; one row per index, in order (a rejected action is a row)."""
+        if len(indices) != len(actions):
+            raise ValueError(f"step_many: {len(indices)} indices but {len(actions)} actions")
+        ids = [self._own(envs[i]) for i in indices]
+        raw = self._step(ids, actions)
+        return [
+            rejected(r[1]) if r[0] == "rejected" else self._outcome(g, r)
+            for g, r in zip(ids, raw, strict=True)
+        ]
+
+    def _own(self, env: Any) -> int:
+        if not isinstance(env, WorkerEnv) or env.worker_pool is not self:
+            raise ValueError(f"step_many: {type(env).__name__} is not an env of this worker pool")
+        return env.index
+
+    def _step(self, ids: list[int], actions: Sequence[Any]) -> list[tuple]:
+        """Raw worker replies for stepping envs ``ids`` (pool indices) with ``actions``, in order."""
+        self._check_open()
+        if len(set(ids)) != len(ids):
+            raise ValueError("step_many: an env is listed twice")
+        groups: dict[int, list[tuple[int, Any]]] = {}
+        slot = self.layout.action
+        for g, a in zip(ids, actions, strict=True):
+            if slot is not None and slot.fits(a):
+                np.copyto(self._res.views[g].action, a)  # type: ignore[arg-type]
+                a = None
+            groups.setdefault(self._owner[g], []).append((g, a))
+        replies = self._exchange(
+            {w: ("step", items) for w, items in groups.items()},
+            lambda w: "running " + seeds_text([self._seeds[g] for g, _ in groups[w]]),
+        )
+        cursors = {w: iter(r) for w, r in replies.items()}
+        return [next(cursors[self._owner[g]]) for g in ids]
+
+    def _outcome(self, g: int, reply: tuple) -> StepOutcome:
+        reward, terminated, truncated, info, sync = reply
+        return self._read(g, sync), float(reward), bool(terminated), bool(truncated), info
+
+    def _reset(self, g: int, seed: int | None, options: dict | None) -> tuple[dict[str, np.ndarray], dict]:
+        self._seeds[g] = seed
+        w = self._owner[g]
+        reply = self._exchange({w: ("reset", [(g, seed, options)])}, lambda w: f"resetting seed {seed}")
+        info, sync = reply[w][0]
+        return self._read(g, sync), info  # type: ignore[return-value]
+
+    def _call(self, g: int, target: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._request(g, target, name, args, kwargs)
+
+    def _attr(self, g: int, target: str, name: str) -> Any:
+        """Attribute ``name`` of env ``g``'s ``target``: a method comes back as a callable proxy."""
+        if (target, name) not in self._methods:
+            kind, value = self._request(g, target, name, None, None)
+            if kind == "value":
+                return value
+            self._methods.add((target, name))
+        return lambda *args, **kwargs: self._request(g, target, name, args, kwargs)
+
+    def _request(self, g: int, target: str, name: str, args: tuple | None, kwargs: dict | None) -> Any:
+        w = self._owner[g]
+        message = ("call", (g, target, name, args, kwargs))
+        reply = self._exchange({w: message}, lambda w: "running " + seeds_text([self._seeds[g]]))
+        value, sync = reply[w]
+        self._read(g, sync)
+        return value
+
+    def _physics_state(self, g: int) -> np.ndarray:
+        view = self._res.views[g].state if self._res.views else None
+        if view is None or self.closed:
+            return self._call(g, "unwrapped", "physics_state")
+        return view.copy()
+
+    def _elapsed_steps(self, g: int) -> int:
+        if self._elapsed[g] is None:
+            return self._attr(g, "unwrapped", "elapsed_steps")
+        return int(self._elapsed[g])  # type: ignore[arg-type]
+
+    def _read(self, g: int, sync: Sync) -> dict[str, np.ndarray] | None:
+        """The observation ``sync`` describes (copied out of the shared slot); notes elapsed steps."""
+        oid, new_order, fallback, self._elapsed[g] = sync
+        if fallback is not None or oid is None:
+            return fallback
+        orders = self._orders[self._owner[g]]
+        if new_order is not None:
+            orders[oid] = new_order
+        views = self._res.views[g].obs
+        return {k: views[k].copy() for k in orders[oid]}
+
+    # ------------------------------------------------------------------ messages
+    def _exchange(self, messages: dict[int, Any], doing: Callable[[int], str]) -> dict[int, Any]:
+        """Send each worker its message (``None``: send nothing, only wait), wait for every reply.
+
+        Raises:
+            WorkerError: a worker died (the pool is closed).
+            Exception: the first error a worker reported, as it raised it (the pool stays usable).
+        """
+        self._check_open()
+        res = self._res
+        for w, message in messages.items():
+            if message is not None:
+                try:
+                    res.conns[w].send(message)
+                except OSError:
+                    self._died(w, doing(w))
+        pending, replies = set(messages), {}
+        try:
+            while pending:
+                waiting = [res.conns[w] for w in pending] + [res.procs[w].sentinel for w in pending]
+                ready = set(connection.wait(waiting))
+                for w in sorted(pending):
+                    if res.conns[w] in ready or res.procs[w].sentinel in ready:
+                        replies[w] = self._receive(w, doing)
+                        pending.discard(w)
+        except BaseException:  # Ctrl-C while waiting: replies would be left in the pipes, so close
+            self.close()
+            raise
+        for w in messages:
+            status, value = replies[w]
+            if status == "error":
+                exc, tb = value
+                exc.add_note(f"raised in environment worker {w} (pid {res.procs[w].pid}):\n{tb}")
+                raise exc
+        return {w: replies[w][1] for w in messages}
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise WorkerError(self._res.broken or "the environment workers are closed")
+
+    def _receive(self, w: int, doing: Callable[[int], str]) -> tuple[str, Any]:
+        conn = self._res.conns[w]
+        try:
+            if conn.poll():
+                return conn.recv()
+        except Exception:  # noqa: BLE001 - EOF or a torn message: the worker is gone
+            pass
+        self._died(w, doing(w))
+        raise AssertionError("unreachable")
+
+    def _died(self, w: int, doing: str) -> None:
+        proc = self._res.procs[w]
+        message = f"environment worker {w} (pid {proc.pid}) died ({death_cause(proc)}) while {doing}"
+        self._res.broken = message
+        log.error("%s", message)
+        self.close()
+        raise WorkerError(message)
+
+
+class WorkerEnv:
+    """One env of an :class:`EnvWorkers` pool, in its worker process; stands in for the env.
+
+    ``close()`` does nothing (the pool closes its workers). ``worker_pool`` is how
+    :func:`rewind.rollout.pool.step_many` finds the pool that steps a batch of proxies together.
+    """
+
+    def __init__(self, pool: EnvWorkers, index: int) -> None:
+        self.worker_pool, self.index = pool, index
+        self._task = RemoteTask(pool, index)
+
+    observation_space = property(lambda self: self.worker_pool.observation_space)
+    action_space = property(lambda self: self.worker_pool.action_space)
+    metadata = property(lambda self: self.worker_pool.metadata)
+    render_mode = property(lambda self: self.worker_pool.render_mode)
+
+    @property
+    def unwrapped(self) -> RemoteTask:
+        """The task env in the worker (its methods are called there)."""
+        return self._task
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """``env.reset`` in the worker."""
+        return self.worker_pool._reset(self.index, seed, options)
+
+    def step(self, action: np.ndarray) -> StepOutcome:
+        """``env.step`` in the worker (a rejected action raises its ``ActionError`` here)."""
+        (reply,) = self.worker_pool._step([self.index], [action])
+        if reply[0] == "rejected":
+            raise reply[1]
+        return self.worker_pool._outcome(self.index, reply)
+
+    def snapshot(self) -> Any:
+        """``snapshot()`` of the env's outermost layer that has one (its arrays read-only here too)."""
+        return freeze(self.worker_pool._call(self.index, "wrapper", "snapshot"))
+
+    def restore(self, snap: Any) -> None:
+        """``restore(snap)`` on the env's outermost layer that has one."""
+        self.worker_pool._call(self.index, "wrapper", "restore", snap)
+
+    def render(self) -> Any:
+        """``env.render()`` in the worker (set ``MUJOCO_GL`` before the pool starts)."""
+        return self.worker_pool._call(self.index, "env", "render")
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """``env.get_wrapper_attr(name)`` (a method comes back as a callable proxy)."""
+        return self.worker_pool._attr(self.index, "wrapper", name)
+
+    def close(self) -> None:
+        """Nothing: the pool owns the worker."""
+
+
+class RemoteTask:
+    """``env.unwrapped`` of a :class:`WorkerEnv`: attributes are read, and methods called, in the worker;
+    ``physics_state()`` and ``elapsed_steps`` come from what the last command left in shared memory."""
+
+    def __init__(self, pool: EnvWorkers, index: int) -> None:
+        self._pool, self._index = pool, index
+
+    def physics_state(self) -> np.ndarray:
+        """The task env's flat physics state (a copy)."""
+        return self._pool._physics_state(self._index)
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Control steps taken in the episode."""
+        return self._pool._elapsed_steps(self._index)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._pool._attr(self._index, "unwrapped", name)
+
+
+@contextlib.contextmanager
+def open_envs(
+    factory: Callable[[], gym.Env], num_envs: int, cfg: RolloutConfig, first: gym.Env | None = None
+) -> Iterator[Sequence[Any]]:
+    """``num_envs`` envs: in this process (``cfg.workers == 0``; ``first``, when given, is env 0 and
+    stays open) or an :class:`EnvWorkers` pool; closed at the end of the block."""
+    if cfg.workers:
+        with EnvWorkers(factory, num_envs, cfg.workers, cfg.start_method) as pool:
+            yield pool
+        return
+    envs = [first] if first is not None else []
+    envs += [factory() for _ in range(num_envs - len(envs))]
+    try:
+        yield envs
+    finally:
+        for env in envs[1 if first is not None else 0 :]:
+            env.close()
+
+
+__all__ = [
+    "START_METHODS",
+    "EnvFactory",
+    "EnvWorkers",
+    "RemoteTask",
+    "RolloutConfig",
+    "WorkerEnv",
+    "WorkerError",
+    "open_envs",
+]
