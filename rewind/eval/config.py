@@ -13,6 +13,7 @@ from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import MonitorConfig
+from rewind.rollout.workers import RolloutConfig
 from rewind.utils.device import check_device
 
 
@@ -59,6 +60,8 @@ class EvalConfig(CommandConfig):
         monitor: failure monitor (Hydra group ``monitor=none|tide|...``; ``monitor.calibration=FOLDER``
             from ``rewind-calibrate``). With a monitor, episodes run one env at a time.
         rewind: what an alarm does (Hydra group ``rewind=restore|drive``; ``rewind.max_rewinds``).
+        rollout: ``rollout.workers=N`` steps the envs in ``N`` worker processes (0: in this
+            process), the policy batched here; the records are the same (``docs/rollouts.md``).
     """
 
     policy_path: str = MISSING
@@ -77,6 +80,7 @@ class EvalConfig(CommandConfig):
     progress: bool = True
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     rewind: RewindConfig = field(default_factory=RewindConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
@@ -85,6 +89,10 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
+        require(
+            not (self.rollout.workers and self.monitor.enabled),
+            "rollout.workers runs evaluations without a monitor only (for now); use rollout.workers=0",
+        )
         self._perturbation = perturbation_config(self.perturb)
 
     @property

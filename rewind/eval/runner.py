@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rewind.envs.config import build_env
-from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import EvalConfig
 from rewind.eval.monitored import monitored_rollouts
 from rewind.eval.observers import StoreRecorder, VideoRecorder
@@ -23,6 +22,7 @@ from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.lockstep import EpisodeRecord, RolloutObserver, run_batch
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy
+from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
 from rewind.train.policy_api import load_policy
 from rewind.utils.device import resolve_device
@@ -45,28 +45,31 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run ``cfg.episodes`` episodes in batches of ``cfg.num_envs`` and return the summary."""
     device = resolve_device(cfg.device)
     profile = cfg.perturbation
-    envs = [apply_perturbations(build_env(cfg.env), profile) for _ in range(min(cfg.num_envs, cfg.episodes))]
+    factory = EnvFactory(cfg.env, profile)
+    env = factory()  # layout, policy loading, stage names; env 0 of an in-process batch
+    num_envs = min(cfg.num_envs, cfg.episodes)
     start = time.perf_counter()
     try:
-        spec = store_spec_for(envs[0])
-        loaded = load_policy(cfg.policy_path, envs[0], cfg.env.name, device, cfg.n_action_steps)
+        spec = store_spec_for(env)
+        loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
         policy, folder, version = loaded.policy, loaded.folder, loaded.version
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
         monitor_info: dict[str, Any] = {}
         if cfg.monitor.enabled:
-            records, monitor_info = monitored_rollouts(cfg, envs[0], loaded, spec)
+            records, monitor_info = monitored_rollouts(cfg, env, loaded, spec)
         else:
-            records = _rollouts(cfg, envs, policy, device, spec, version)
+            with open_envs(factory, num_envs, cfg.rollout, first=env) as envs:
+                records = _rollouts(cfg, envs, policy, device, spec, version)
     finally:
-        for env in envs:
-            env.close()
-    summary = summarize(records, envs[0].unwrapped.stage_names)
+        env.close()
+    summary = summarize(records, env.unwrapped.stage_names)
     summary.update(
         env=cfg.env.name,
         policy_path=str(folder),
         policy_version=version,
         seed=cfg.seed,
-        num_envs=len(envs),
+        num_envs=num_envs,
+        rollout_workers=cfg.rollout.workers,
         n_action_steps=policy.n_action_steps,
         perturb=asdict(profile),
         store_out=cfg.store_out,
@@ -82,7 +85,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
 
 def _rollouts(
     cfg: EvalConfig,
-    envs: list[Any],
+    envs: Sequence[Any],
     policy: ActionChunkPolicy,
     device: torch.device,
     spec: StoreSpec,
