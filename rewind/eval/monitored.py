@@ -1,5 +1,6 @@
-"""``rewind-eval`` with a failure monitor: episodes one env at a time under
-:class:`~rewind.monitor.episode.MonitoredEpisode`, rewinding on alarms, with the event logs."""
+"""``rewind-eval`` with a failure monitor: ``rollout.batch_size`` monitored episodes in lockstep
+(:mod:`rewind.monitor.batched`; the same records for any batch size), rewinding on alarms, with the
+event logs."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rewind.eval.config import EvalConfig
 from rewind.eval.observers import VideoRecorder
 from rewind.monitor.factory import load_monitor
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
+from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore, StoreSpec
 from rewind.train.policy_api import LoadedPolicy
 
@@ -29,9 +31,11 @@ def monitored_rollouts(
         observers.append(VideoRecorder(Path(cfg.out_dir) / "videos", seeds, cfg.video.fps))
     store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
     seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
-    with store_cm as store:
+    factory = EnvFactory(cfg.env, cfg.perturbation)
+    batch = min(cfg.rollout.batch_size, cfg.episodes)
+    with store_cm as store, open_envs(factory, batch, cfg.rollout, first=env) as envs:
         records, traces = run_monitored(
-            env,
+            envs,
             loaded,
             monitor,
             tracker,
@@ -43,6 +47,7 @@ def monitored_rollouts(
             observers,
             cfg.progress,
             desc=f"eval {cfg.env.name} +{cfg.monitor.score}",
+            inference_rows=cfg.rollout.inference_rows,
         )
     info.update(monitor_summary(records))
     info["plots"] = rewind_plots(Path(cfg.out_dir), records, traces, monitor, limit=3)

@@ -11,22 +11,26 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import MISSING
 
 from rewind.config import CommandConfig, require
-from rewind.envs.config import EnvConfig, build_env
+from rewind.envs.config import EnvConfig
+from rewind.monitor.batched import DEFAULT_INFERENCE_ROWS
 from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
 from rewind.monitor.conformal import Calibration, calibrate, held, min_calibration_size
 from rewind.monitor.episode import Monitor, RewindConfig
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.scores import FailureScore
+from rewind.rollout.workers import EnvFactory, RolloutConfig, open_envs
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device
@@ -48,6 +52,8 @@ class CalibrateConfig(CommandConfig):
         seed: env seed of the first calibration rollout (keep it apart from evaluation seeds).
         n_action_steps: executed actions per chunk (``None``: as trained); must match evaluation.
         device / num_threads / progress: as for ``rewind-eval``.
+        rollout: how the rollouts run: ``rollout.batch_size`` episodes in lockstep (the same results
+            for any size), ``rollout.inference_rows``, ``rollout.workers`` (``docs/rollouts.md``).
     """
 
     policy_path: str = MISSING
@@ -61,6 +67,7 @@ class CalibrateConfig(CommandConfig):
     device: str = "auto"
     num_threads: int = 1
     progress: bool = True
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def __post_init__(self) -> None:
         require(
@@ -98,7 +105,7 @@ def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal
 
 
 def calibration_rollouts(
-    env: Any,
+    envs: Sequence[gym.Env],
     loaded: LoadedPolicy,
     demos_path: str,
     max_demos: int,
@@ -107,15 +114,16 @@ def calibration_rollouts(
     seed: int,
     out: Path,
     progress: bool = True,
+    inference_rows: int = DEFAULT_INFERENCE_ROWS,
 ) -> tuple[CheckpointLibrary, FailureScore, list[MonitoredRecord], list[list[float | None]]]:
     """Label and save the checkpoint library (and ``embedding_ood``'s reference features) from the
-    demos at ``demos_path`` into ``out``, then run ``episodes`` rollouts (seeds ``seed..``) with the
-    score recorded and no rewinds (the work of :func:`run_calibration_rollouts`)."""
+    demos at ``demos_path`` into ``out``, then run ``episodes`` rollouts (seeds ``seed..``, batched
+    over ``envs``) with the score recorded and no rewinds (the work of :func:`run_calibration_rollouts`)."""
     with ReplayStore.open(demos_path) as store:
         demos = [store.load(i.id) for i in store.episodes(success=True)[:max_demos]]
     require(bool(demos), f"data_path {demos_path}: no successful episodes to label")
     library = build_library(
-        loaded.policy, demos, env.unwrapped, make_labeler(monitor.labeler), loaded.weights_hash
+        loaded.policy, demos, envs[0].unwrapped, make_labeler(monitor.labeler), loaded.weights_hash
     )
     library.save(out)
     log.info("checkpoint library (%s): %s", monitor.labeler, ", ".join(library.names))
@@ -126,7 +134,7 @@ def calibration_rollouts(
     score = build_score(monitor.score, score_params(monitor.score, monitor, seed), reference)
     seeds = list(range(seed, seed + episodes))
     records, traces = run_monitored(
-        env,
+        envs,
         loaded,
         Monitor(score, None),
         None,
@@ -135,6 +143,7 @@ def calibration_rollouts(
         seed,
         progress=progress,
         desc="calibrate",
+        inference_rows=inference_rows,
     )
     return library, score, records, traces
 
@@ -182,14 +191,26 @@ def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
     threads = torch.get_num_threads()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    env = build_env(cfg.env)
+    factory = EnvFactory(cfg.env)
+    env = factory()
     try:
         loaded = load_policy(
             cfg.policy_path, env, cfg.env.name, resolve_device(cfg.device), cfg.n_action_steps
         )
-        library, score, records, traces = calibration_rollouts(
-            env, loaded, cfg.data_path, cfg.max_demos, cfg.monitor, cfg.episodes, cfg.seed, out, cfg.progress
-        )
+        batch = min(cfg.rollout.batch_size, cfg.episodes)
+        with open_envs(factory, batch, cfg.rollout, first=env) as envs:
+            library, score, records, traces = calibration_rollouts(
+                envs,
+                loaded,
+                cfg.data_path,
+                cfg.max_demos,
+                cfg.monitor,
+                cfg.episodes,
+                cfg.seed,
+                out,
+                cfg.progress,
+                cfg.rollout.inference_rows,
+            )
     finally:
         env.close()
         torch.set_num_threads(threads)

@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+from tqdm import tqdm
 
 from rewind.envs.evaluation import drive
 from rewind.envs.operators.base import Operator
+from rewind.monitor.batched import DEFAULT_INFERENCE_ROWS, BatchedMonitoredRunner, EpisodeSlot
 from rewind.monitor.conformal import held
-from rewind.monitor.episode import MonitoredEpisode, StepResult, rewindable
+from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig, StepResult, rewindable
 from rewind.monitor.scores import FailureScore
 from rewind.policies.base import ActionChunkPolicy
 
@@ -42,6 +45,16 @@ class ScoreSet(FailureScore):
         for s in self.scores:
             s.reset()
         self.values = {s.name: [] for s in self.scores}
+
+    def for_episode(self, seed: int) -> ScoreSet:
+        """Per-episode copies of every score, with their own values and timers (see :meth:`absorb`)."""
+        return ScoreSet([s.for_episode(seed) for s in self.scores])
+
+    def absorb(self, other: ScoreSet) -> None:
+        """Add ``other``'s update time and calls (an episode's copy) to this set's."""
+        for name, sec in other.seconds.items():
+            self.seconds[name] += sec
+        self.calls += other.calls
 
     def update(self, policy: ActionChunkPolicy) -> float | None:
         self.calls += 1
@@ -65,29 +78,61 @@ class ScoredEpisode:
     perturbations: list[str] = field(default_factory=list)
 
 
-def scored_rollout(
-    ep: MonitoredEpisode, scores: ScoreSet, seed: int, snapshot_every: int = 4
-) -> ScoredEpisode:
-    """Run one episode under the policy with ``scores`` recording (no alarms, no rewinds)."""
-    ep.reset(seed)
-    target = rewindable(ep.env)
-    snaps: list[tuple[int, Any]] = [(0, target.snapshot())]
-    fired: list[str] = []
-
-    def on_step(res: StepResult) -> None:
-        fired.extend(p.get("type", "?") for p in res.info.get("perturbation", ()))
-        if not res.done and (res.step + 1) % snapshot_every == 0:
-            snaps.append((res.step + 1, target.snapshot()))
-
-    ep.on_step = on_step
-    steps = 0
-    while not ep.done:
-        ep.policy_step()
-        steps += 1
-    ep.on_step = None
-    return ScoredEpisode(
-        seed, ep.success, steps, {k: list(v) for k, v in scores.values.items()}, snaps, fired
+def scored_rollouts(
+    envs: Sequence[gym.Env],
+    policy: ActionChunkPolicy,
+    scores: ScoreSet,
+    seeds: Sequence[int],
+    gen_seed: int,
+    inference_rows: int = DEFAULT_INFERENCE_ROWS,
+    snapshot_every: int = 4,
+    progress: bool = False,
+    desc: str = "rollouts",
+) -> list[ScoredEpisode]:
+    """Episodes ``seeds`` under the policy with ``scores`` recording (no alarms, no rewinds), batched
+    over ``envs`` (:mod:`rewind.monitor.batched`: the same episodes for any number of envs); each keeps
+    a snapshot every ``snapshot_every`` steps for the point-of-no-return search. ``scores`` gathers the
+    per-episode copies' update times."""
+    device = next(policy.parameters()).device
+    runner = BatchedMonitoredRunner(
+        envs,
+        policy,
+        Monitor(scores, None),
+        None,
+        RewindConfig(max_rewinds=0),
+        device,
+        gen_seed,
+        inference_rows,
     )
+    out: dict[int, ScoredEpisode] = {}
+    bar = tqdm(total=len(seeds), desc=desc, disable=not progress)
+
+    def on_start(slot: EpisodeSlot, seed: int) -> None:
+        target = rewindable(slot.ep.env)
+        rec = ScoredEpisode(seed, False, 0, {}, [(0, target.snapshot())])
+
+        def on_step(res: StepResult) -> None:
+            rec.length += 1
+            rec.perturbations.extend(p.get("type", "?") for p in res.info.get("perturbation", ()))
+            if not res.done and (res.step + 1) % snapshot_every == 0:
+                rec.snapshots.append((res.step + 1, target.snapshot()))
+
+        out[slot.order] = rec
+        slot.ep.on_step = on_step
+
+    def on_end(slot: EpisodeSlot) -> None:
+        rec, own = out[slot.order], slot.ep.monitor.score  # type: ignore[union-attr]
+        rec.success, rec.traces = slot.ep.success, {k: list(v) for k, v in own.values.items()}
+        scores.absorb(own)  # type: ignore[arg-type]
+        slot.ep.on_step = None
+        bar.update(1)
+
+    runner.on_start, runner.on_end = on_start, on_end
+    try:
+        runner.run(seeds)
+    finally:
+        bar.close()
+    return [out[i] for i in range(len(seeds))]
 
 
 def operator_can_finish(

@@ -23,7 +23,6 @@ from omegaconf import MISSING, OmegaConf
 from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig, build_env, perturbation_config
 from rewind.envs.registry import make_operator
-from rewind.envs.wrappers import apply_perturbations
 from rewind.metrics import MetricsLogger, WandbConfig
 from rewind.monitor.conformal import CalibrationError, calibrate
 from rewind.monitor.detection import (
@@ -31,16 +30,16 @@ from rewind.monitor.detection import (
     ScoreSet,
     detection_metrics,
     point_of_no_return,
-    scored_rollout,
+    scored_rollouts,
 )
-from rewind.monitor.episode import Monitor, MonitoredEpisode, RewindConfig
+from rewind.monitor.episode import MonitoredEpisode
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, score_params
 from rewind.monitor.monitor_plots import plot_roc, plot_traces
 from rewind.monitor.scores import SCORES
+from rewind.rollout.workers import EnvFactory, RolloutConfig, open_envs
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device
-from rewind.utils.seeding import torch_generator
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +58,8 @@ class MonitorEvalConfig(CommandConfig):
         conditions: perturbation profiles (``configs/perturb/<name>.yaml``) to test under.
         operator_budget: steps the operator gets in the point-of-no-return search.
         bands: also evaluate each detector with a time-varying band (``<name>+band`` rows).
+        rollout: ``rollout.batch_size`` rollouts in lockstep (the same results for any size),
+            ``rollout.inference_rows``, ``rollout.workers`` (``docs/rollouts.md``).
     """
 
     policy_path: str = MISSING
@@ -79,6 +80,7 @@ class MonitorEvalConfig(CommandConfig):
     num_threads: int = 1
     progress: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def __post_init__(self) -> None:
         bad = [d for d in self.detectors if d not in SCORES]
@@ -111,28 +113,29 @@ def _rollouts(
     seeds: list[int],
     ponr: bool,
 ) -> tuple[list[ScoredEpisode], dict[int, int | None]]:
-    """Scored rollouts under ``condition``; with ``ponr`` also the failed episodes' point of no return."""
-    from tqdm import tqdm
-
-    env = apply_perturbations(build_env(cfg.env), perturbation_config(load_profile(condition)))
-    device = next(loaded.policy.parameters()).device
-    ep = MonitoredEpisode(
-        env,
-        loaded.policy,
-        Monitor(scores, None),
-        None,
-        RewindConfig(max_rewinds=0),
-        device,
-        torch_generator(seeds[0], device),
-    )
-    op = make_operator(cfg.env.name)
-    out, nr = [], {}
+    """Scored rollouts under ``condition`` (``rollout.batch_size`` in lockstep, noise seeded by
+    ``(seeds[0], episode seed)``); with ``ponr`` also the failed episodes' point of no return."""
+    factory = EnvFactory(cfg.env, perturbation_config(load_profile(condition)))
+    with open_envs(factory, min(cfg.rollout.batch_size, len(seeds)), cfg.rollout) as envs:
+        out = scored_rollouts(
+            envs,
+            loaded.policy,
+            scores,
+            seeds,
+            seeds[0],
+            cfg.rollout.inference_rows,
+            progress=cfg.progress,
+            desc=f"{condition} rollouts",
+        )
+    if not ponr:
+        return out, {}
+    env = factory()
     try:
-        for s in tqdm(seeds, desc=f"{condition} rollouts", disable=not cfg.progress):
-            rec = scored_rollout(ep, scores, s)
-            out.append(rec)
-            if ponr and not rec.success:
-                nr[s] = point_of_no_return(ep, op, rec, cfg.operator_budget)
+        ep = MonitoredEpisode(env, loaded.policy)
+        op = make_operator(cfg.env.name)
+        nr = {
+            rec.seed: point_of_no_return(ep, op, rec, cfg.operator_budget) for rec in out if not rec.success
+        }
     finally:
         env.close()
     return out, nr

@@ -4,14 +4,18 @@ with rewinds in both modes, checkpoint tracking and refills from the remaining s
 padding it is step for step the plain MonitoredEpisode loop."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
+from helpers.train import run_cli
 
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, build_library, make_score
 from rewind.monitor.checkpoints import CheckpointTracker, StageLabeler
+from rewind.monitor.detection import ScoreSet, scored_rollouts
 from rewind.monitor.rollouts import run_monitored
+from rewind.scripts.eval import main as eval_main
 from rewind.store import ReplayStore, store_spec_for
 from rewind.train.policy_api import load_policy
 from rewind.utils.seeding import episode_noise_seed, torch_generator
@@ -128,3 +132,57 @@ def test_what_reaches_the_store_equals_the_sequential_path(parts, tmp_path) -> N
             assert [i.seed for i in infos] == SEEDS  # committed in seed order
             assert any(i.source_counts.get("recovery") for i in infos)
     assert rows[8] == rows[1]
+
+
+def test_rewind_eval_with_a_monitor_gives_the_same_records_for_any_batch_size(
+    tiny_run, parts, tmp_path
+) -> None:
+    loaded, _, monitor = parts
+    cal = tmp_path / "cal"
+    Calibration(
+        "tide",
+        0.5,
+        1,
+        2e-3,
+        loaded.weights_hash,
+        score_params={"dims": None},
+        env="lift",
+        n_action_steps=loaded.policy.n_action_steps,
+    ).save(cal)
+    args = [
+        f"policy_path={tiny_run['train']}",
+        "env=lift",
+        f"env.max_steps={MAX_STEPS}",
+        "device=cpu",
+        "progress=false",
+        "wandb.mode=disabled",
+        "episodes=5",
+        "monitor=tide",
+        f"monitor.calibration={cal}",
+        "rewind=drive",
+        "rewind.max_rewinds=1",
+    ]
+    summaries = []
+    for batch in (1, 3):
+        out = tmp_path / f"b{batch}"
+        assert run_cli(eval_main, [*args, f"rollout.batch_size={batch}", f"out_dir={out}"]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        summaries.append([{k: v for k, v in r.items() if k != "monitor_ms"} for r in summary["records"]])
+    assert summaries[0] == summaries[1] and sum(r["rewinds"] for r in summaries[0]) > 0
+
+
+def test_scored_rollouts_of_monitor_eval_do_not_depend_on_the_batch(parts) -> None:
+    loaded, _, _ = parts
+    runs = []
+    for batch in (1, 4):
+        scores = ScoreSet([make_score("tide"), make_score("random", seed=3)])
+        envs = _envs(batch)
+        try:
+            eps = scored_rollouts(envs, loaded.policy, scores, SEEDS[:5], 11, snapshot_every=8)
+        finally:
+            for env in envs:
+                env.close()
+        assert scores.calls == sum(e.length for e in eps)  # the episodes' copies report their cost
+        runs.append([(e.seed, e.success, e.length, e.traces, [s for s, _ in e.snapshots]) for e in eps])
+    assert runs[0] == runs[1]
+    assert runs[0][0][3]["random"] != runs[0][1][3]["random"]  # each episode its own random stream
