@@ -10,6 +10,7 @@ worker sends those through the pipe instead, so results never depend on the fast
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,18 +29,23 @@ class ArraySlot:
     dtype: str
     offset: int
 
+    @functools.cached_property
+    def np_dtype(self) -> np.dtype:
+        """``dtype`` as a numpy dtype (comparing against it is cheap; against the string is not)."""
+        return np.dtype(self.dtype)
+
     @property
     def nbytes(self) -> int:
         """Bytes the array takes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * self.np_dtype.itemsize
 
     def view(self, buf: memoryview, base: int) -> np.ndarray:
         """The array in ``buf`` for the slot that starts at byte ``base`` (a view, not a copy)."""
-        return np.ndarray(self.shape, np.dtype(self.dtype), buffer=buf, offset=base + self.offset)
+        return np.ndarray(self.shape, self.np_dtype, buffer=buf, offset=base + self.offset)
 
     def fits(self, value: Any) -> bool:
         """``value`` is an array of exactly this shape and dtype (so the copy through the slot is exact)."""
-        return isinstance(value, np.ndarray) and value.shape == self.shape and value.dtype == self.dtype
+        return isinstance(value, np.ndarray) and value.shape == self.shape and value.dtype == self.np_dtype
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,22 @@ class SlotLayout:
             self.state.view(buf, base) if self.state is not None else None,
         )
 
-    def fits_obs(self, obs: Any) -> bool:
-        """``obs`` has exactly the layout's keys, shapes and dtypes."""
-        return (
-            isinstance(obs, dict)
-            and len(obs) == len(self.obs)
-            and all(s.key in obs and s.fits(obs[s.key]) for s in self.obs)
-        )
+    def write_obs(self, views: SlotViews, obs: Any) -> bool:
+        """Copy ``obs`` into ``views``; ``False`` (the slot then holds nothing useful) when ``obs`` does
+        not have exactly the layout's keys, shapes and dtypes."""
+        if not isinstance(obs, dict) or len(obs) != len(self.obs):
+            return False
+        dst = views.obs
+        for key, shape, dtype in self._obs_specs:  # the hot path of every worker step: kept tight
+            value = obs.get(key)
+            if value.__class__ is not np.ndarray or value.shape != shape or value.dtype != dtype:
+                return False
+            np.copyto(dst[key], value)
+        return True
+
+    @functools.cached_property
+    def _obs_specs(self) -> tuple[tuple[str, tuple[int, ...], np.dtype], ...]:
+        return tuple((s.key, s.shape, s.np_dtype) for s in self.obs)
 
 
 @dataclass

@@ -34,7 +34,6 @@ from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from rewind.envs.core.base import ActionError
 from rewind.rollout.slots import SlotLayout, SlotViews
@@ -141,10 +140,8 @@ class _Server:
         elapsed = getattr(env, "elapsed_steps", None)
         if obs is None:
             return None, None, None, elapsed
-        if not self.layout.fits_obs(obs):
+        if not self.layout.write_obs(views, obs):
             return -1, None, obs, elapsed
-        for key, value in obs.items():
-            np.copyto(views.obs[key], value)
         order = tuple(obs)
         oid = self.orders.get(order)
         if oid is not None:

@@ -24,7 +24,6 @@ import logging
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -35,6 +34,7 @@ from rewind.config import check_choice, check_range, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.envs.wrappers import PerturbationConfig, apply_perturbations
 from rewind.rollout.pool import StepOutcome, rejected
+from rewind.rollout.ray_backend import RayOptions
 from rewind.rollout.worker_loop import Sync, serve
 from rewind.rollout.workers_io import (
     Resources,
@@ -49,6 +49,8 @@ from rewind.rollout.workers_io import (
 log = logging.getLogger(__name__)
 
 START_METHODS = ("forkserver", "spawn")
+#: where rollouts run: ``local`` (this process, its workers) or ``ray`` (Ray actors, rewind.rollout.ray_backend)
+BACKENDS = ("local", "ray")
 
 
 class WorkerError(ValueError):
@@ -71,18 +73,34 @@ class RolloutConfig:
         inference_rows: rows of every batched policy inference of monitored episodes (padded), so
             that an episode's result does not depend on the batch; part of the result (0: unpadded,
             fastest at ``batch_size=1``, equal across batch sizes only to float precision).
+        backend: ``local`` runs the episodes in this process; ``ray`` shards the seeds over Ray actors
+            (each with its own policy copy; the same records; ``docs/rollouts.md`` "Ray").
+        address, actors, actor_cpus, actor_gpus, max_retries: the Ray run
+            (:class:`~rewind.rollout.ray_backend.RayOptions`; ``address`` null: a local Ray instance).
     """
 
     workers: int = 0
     start_method: str = "forkserver"
     batch_size: int = 10
     inference_rows: int = 10
+    backend: str = "local"
+    address: str | None = None
+    actors: int = 2
+    actor_cpus: float = 1.0
+    actor_gpus: float = 0.0
+    max_retries: int = 2
 
     def __post_init__(self) -> None:
+        check_choice("rollout.backend", self.backend, BACKENDS)
+        self.ray_options()  # checks the Ray fields
         check_range("rollout.batch_size", self.batch_size, 1)
         check_range("rollout.inference_rows", self.inference_rows, 0)
         check_range("rollout.workers", self.workers, 0, 256)
         check_choice("rollout.start_method", self.start_method, START_METHODS)
+
+    def ray_options(self) -> RayOptions:
+        """The Ray fields as :class:`~rewind.rollout.ray_backend.RayOptions`."""
+        return RayOptions(self.address, self.actors, self.actor_cpus, self.actor_gpus, self.max_retries)
 
 
 @dataclass(frozen=True)
@@ -293,15 +311,10 @@ class EnvWorkers(Sequence["WorkerEnv"]):
                     res.conns[w].send(message)
                 except OSError:
                     self._died(w, doing(w))
-        pending, replies = set(messages), {}
-        try:
-            while pending:
-                waiting = [res.conns[w] for w in pending] + [res.procs[w].sentinel for w in pending]
-                ready = set(connection.wait(waiting))
-                for w in sorted(pending):
-                    if res.conns[w] in ready or res.procs[w].sentinel in ready:
-                        replies[w] = self._receive(w, doing)
-                        pending.discard(w)
+        replies = {}
+        try:  # a worker's end of its pipe is open in that worker only: its death is an EOF here
+            for w in messages:
+                replies[w] = self._receive(w, doing)
         except BaseException:  # Ctrl-C while waiting: replies would be left in the pipes, so close
             self.close()
             raise
@@ -318,14 +331,11 @@ class EnvWorkers(Sequence["WorkerEnv"]):
             raise WorkerError(self._res.broken or "the environment workers are closed")
 
     def _receive(self, w: int, doing: Callable[[int], str]) -> tuple[str, Any]:
-        conn = self._res.conns[w]
         try:
-            if conn.poll():
-                return conn.recv()
+            return self._res.conns[w].recv()
         except Exception:  # noqa: BLE001 - EOF or a torn message: the worker is gone
-            pass
-        self._died(w, doing(w))
-        raise AssertionError("unreachable")
+            self._died(w, doing(w))
+            raise AssertionError("unreachable") from None
 
     def _died(self, w: int, doing: str) -> None:
         proc = self._res.procs[w]

@@ -59,11 +59,20 @@ def _gone(pid: int) -> bool:
 
 
 def test_eval_with_two_workers_equals_in_process(tmp_path: Path, tiny_run: dict[str, Path]) -> None:
-    here = run_eval(_eval_config(tmp_path / "a", tiny_run["train"], 0, store_out=str(tmp_path / "sa")))
-    there = run_eval(_eval_config(tmp_path / "b", tiny_run["train"], 2, store_out=str(tmp_path / "sb")))
+    extra = {"video": {"episodes": 1}}  # rendered in the worker (MUJOCO_GL=osmesa, as in this process)
+    here = run_eval(
+        _eval_config(tmp_path / "a", tiny_run["train"], 0, store_out=str(tmp_path / "sa"), **extra)
+    )
+    there = run_eval(
+        _eval_config(tmp_path / "b", tiny_run["train"], 2, store_out=str(tmp_path / "sb"), **extra)
+    )
     assert there["rollout_workers"] == 2 and here["rollout_workers"] == 0
     assert [r["seed"] for r in there["records"]] == [0, 1, 2, 3, 4]
     assert all(r["perturbations"] == ["object_nudge"] for r in there["records"])
+    (video,) = there["videos"]
+    assert Path(video).read_bytes() == Path(here["videos"][0]).read_bytes()
+    for r in (*here["records"], *there["records"]):
+        r["video"] = Path(r["video"]).name if r["video"] else None
     assert there["records"] == here["records"]
     with ReplayStore.open(tmp_path / "sa") as a, ReplayStore.open(tmp_path / "sb") as b:
         assert len(a) == len(b) == 5
@@ -135,7 +144,7 @@ def test_killed_worker_is_one_line_naming_its_seeds_and_commits_nothing_partial(
     loaded = load_policy(tiny_run["train"], env, "lift", torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     with ReplayStore.create(tmp_path / "store", store_spec_for(env)) as store:
-        pool = EnvWorkers(LIFT, 4, 2)
+        pool = EnvWorkers(LIFT, 4, 2, start_method="spawn")
         recorder = StoreRecorder(store, loaded.version)
         finished = run_batch(pool, loaded.policy, [0, 1, 2, 3], gen, torch.device("cpu"), [recorder])
         assert len(store) == 4 and [r.seed for r in finished] == [0, 1, 2, 3]
