@@ -62,6 +62,8 @@ class EvalConfig(CommandConfig):
         rewind: what an alarm does (Hydra group ``rewind=restore|drive``; ``rewind.max_rewinds``).
         rollout: ``rollout.workers=N`` steps the envs in ``N`` worker processes (0: in this
             process), the policy batched here; the records are the same (``docs/rollouts.md``).
+            ``rollout.backend=ray`` shards the episodes over Ray actors (``rollout.address``,
+            ``rollout.actors``; the same records; no videos).
     """
 
     policy_path: str = MISSING
@@ -93,6 +95,14 @@ class EvalConfig(CommandConfig):
             not (self.rollout.workers and self.monitor.enabled),
             "rollout.workers runs evaluations without a monitor only (for now); use rollout.workers=0",
         )
+        if self.rollout.backend == "ray":
+            require(
+                not self.video.episodes,
+                "video.episodes needs rollout.backend=local (videos are rendered where an episode runs)",
+            )
+            require(
+                not self.rollout.workers, "rollout.workers needs rollout.backend=local; use rollout.actors"
+            )
         self._perturbation = perturbation_config(self.perturb)
 
     @property

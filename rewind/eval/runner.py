@@ -18,6 +18,7 @@ from tqdm import tqdm
 from rewind.eval.config import EvalConfig
 from rewind.eval.monitored import monitored_rollouts
 from rewind.eval.observers import StoreRecorder, VideoRecorder
+from rewind.eval.sharded import ray_rollouts
 from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.lockstep import EpisodeRecord, RolloutObserver, run_batch
 from rewind.metrics import MetricsLogger
@@ -55,7 +56,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         policy, folder, version = loaded.policy, loaded.folder, loaded.version
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
         monitor_info: dict[str, Any] = {}
-        if cfg.monitor.enabled:
+        ray_info: dict[str, Any] = {}
+        if cfg.rollout.backend == "ray":
+            records, monitor_info, ray_info = ray_rollouts(cfg, loaded, spec)
+        elif cfg.monitor.enabled:
             records, monitor_info = monitored_rollouts(cfg, env, loaded, spec)
         else:
             with open_envs(factory, num_envs, cfg.rollout, first=env) as envs:
@@ -79,6 +83,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     )
     if monitor_info:
         summary["monitor"] = monitor_info
+    if ray_info:
+        summary["ray"] = ray_info
     _log_results(cfg, summary)
     return summary
 

@@ -7,8 +7,9 @@ travels as a path; a remote node needs the same path, e.g. a shared filesystem),
 
 * without a monitor, one lockstep batch of ``num_envs`` seeds, its noise seeded by ``(seed, first
   episode index)`` as in :mod:`rewind.eval.runner`;
-* with a monitor, one episode, its noise seeded by ``(seed, episode seed)`` (per-episode streams of
-  :func:`rewind.monitor.rollouts.run_monitored`).
+* with a monitor, a few episodes (at most ``rollout.batch_size``) stepped by the batched monitored
+  runner with ``rollout.inference_rows`` (per-episode noise streams seeded by ``(seed, episode
+  seed)``: :func:`rewind.monitor.rollouts.run_monitored` gives the same records for any batch).
 
 So the records equal the local backend's for the same seeds, whichever actor ran a unit. Episodes for
 ``store_out`` are recorded into a :class:`~rewind.rollout.deferred.DeferredStore` in the actor and
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +31,7 @@ from tqdm import tqdm
 from rewind.envs.config import build_env
 from rewind.envs.wrappers import apply_perturbations
 from rewind.eval.config import EvalConfig
+from rewind.eval.monitored import monitor_summary, rewind_plots
 from rewind.eval.observers import StoreRecorder
 from rewind.lockstep import EpisodeRecord, run_batch
 from rewind.monitor.factory import load_monitor
@@ -35,7 +39,7 @@ from rewind.monitor.rollouts import run_monitored
 from rewind.rollout.deferred import DeferredStore, PendingEpisode
 from rewind.rollout.ray_backend import RayOptions, run_sharded
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
-from rewind.train.policy_api import load_policy
+from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import resolve_device
 from rewind.utils.seeding import episode_noise_seed, torch_generator
 
@@ -75,8 +79,8 @@ class EvalUnitRunner:
             torch.set_num_threads(cfg.num_threads)
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
-        n = 1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes)
-        self.envs = [apply_perturbations(build_env(cfg.env), cfg.perturbation) for _ in range(n)]
+        self.envs: list[Any] = []
+        self._grow(1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes))
         self.spec = store_spec_for(self.envs[0])
         self.loaded = load_policy(
             cfg.policy_path, self.envs[0], cfg.env.name, self.device, cfg.n_action_steps
@@ -84,14 +88,20 @@ class EvalUnitRunner:
         w = self.loaded
         self.monitor, self.tracker, _ = load_monitor(cfg.monitor, w.policy, w.weights_hash, cfg.seed)
 
+    def _grow(self, n: int) -> None:
+        """At least ``n`` envs (a unit of monitored episodes gets one each)."""
+        while len(self.envs) < n:
+            self.envs.append(apply_perturbations(build_env(self.cfg.env), self.cfg.perturbation))
+
     def run(self, seeds: list[int]) -> UnitResult:
         """The unit's records (and its episodes for the store, when ``store_out`` is set)."""
         cfg = self.cfg
         store = DeferredStore(self.spec) if cfg.store_out else None
         with torch.no_grad():
             if cfg.monitor.enabled:
+                self._grow(len(seeds))
                 records, traces = run_monitored(
-                    self.envs[0],
+                    self.envs[: len(seeds)],
                     self.loaded,
                     self.monitor,
                     self.tracker,
@@ -101,6 +111,7 @@ class EvalUnitRunner:
                     store,  # type: ignore[arg-type]  # a DeferredStore writes like a ReplayStore
                     cfg.round,
                     progress=False,
+                    inference_rows=cfg.rollout.inference_rows,
                 )
             else:
                 observers = [StoreRecorder(store, self.loaded.version, cfg.round)] if store else []  # type: ignore[arg-type]
@@ -117,10 +128,14 @@ def batch_generator(seed: int, first: int, device: torch.device) -> torch.Genera
     return torch_generator(episode_noise_seed(seed, first), device)
 
 
-def units_of(cfg: EvalConfig) -> list[list[int]]:
-    """The units of seeds: one per episode with a monitor, else the lockstep batches of ``num_envs``."""
+def units_of(cfg: EvalConfig, actors: int = 1) -> list[list[int]]:
+    """The units of seeds: the lockstep batches of ``num_envs``; with a monitor, runs of at most
+    ``rollout.batch_size`` episodes, small enough for two units per actor (any split gives the same
+    records, so it is chosen for balance)."""
     seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
-    size = 1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes)
+    size = min(cfg.num_envs, cfg.episodes)
+    if cfg.monitor.enabled:
+        size = max(1, min(cfg.rollout.batch_size, math.ceil(cfg.episodes / (2 * actors))))
     return [seeds[i : i + size] for i in range(0, len(seeds), size)]
 
 
@@ -131,7 +146,7 @@ def sharded_rollouts(
     a summary of the backend (actors, restarts). ``store_out`` is written here, in the local order."""
     records: list[EpisodeRecord] = []
     traces: list[list[float | None]] = []
-    units = units_of(cfg)
+    units = units_of(cfg, options.actors)
     opened = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
     bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name} (ray)", disable=not cfg.progress)
     with opened as store, bar:
@@ -146,3 +161,19 @@ def sharded_rollouts(
         restarts = run_sharded(EvalJob(cfg), units, options, on_result)
     info = {"backend": "ray", "address": options.address, "actors": options.actors, "restarts": restarts}
     return records, traces, info
+
+
+def ray_rollouts(
+    cfg: EvalConfig, loaded: LoadedPolicy, spec: StoreSpec
+) -> tuple[list[EpisodeRecord], dict[str, Any], dict[str, Any]]:
+    """``rewind-eval`` with ``rollout.backend=ray``: the records, the monitor summary (with a monitor:
+    its calibration checked here first, so a bad one fails once, on the driver) and the backend's."""
+    monitor, info = None, {}
+    if cfg.monitor.enabled:
+        monitor, _, info = load_monitor(cfg.monitor, loaded.policy, loaded.weights_hash, cfg.seed)
+    records, traces, backend = sharded_rollouts(cfg, spec, cfg.rollout.ray_options())
+    if cfg.monitor.enabled:
+        info.update(monitor_summary(records))  # type: ignore[arg-type]  # monitored records
+        info["plots"] = rewind_plots(Path(cfg.out_dir), records, traces, monitor, limit=3)  # type: ignore[arg-type]
+        info["rewind"] = {"mode": cfg.rewind.mode, "max_rewinds": cfg.rewind.max_rewinds}
+    return records, info, backend

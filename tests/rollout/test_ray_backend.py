@@ -5,6 +5,7 @@ dying ends in a one-line error; an error raised in an actor reaches the driver a
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import asdict
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers.train import run_cli
 
 ray = pytest.importorskip("ray")
 
@@ -21,9 +23,10 @@ from rewind.config import ConfigError, to_dataclass  # noqa: E402
 from rewind.envs.registry import make_env  # noqa: E402
 from rewind.eval.config import EvalConfig  # noqa: E402
 from rewind.eval.runner import run_eval  # noqa: E402
-from rewind.eval.sharded import EvalJob, UnitResult, sharded_rollouts, units_of  # noqa: E402
+from rewind.eval.sharded import EvalJob, UnitResult, units_of  # noqa: E402
 from rewind.monitor import Calibration  # noqa: E402
 from rewind.rollout.ray_backend import RayOptions, RayRolloutError, RayShards  # noqa: E402
+from rewind.scripts.eval import main as eval_main  # noqa: E402
 from rewind.store import ReplayStore, store_spec_for  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
 
@@ -106,16 +109,35 @@ def _spec(cfg: EvalConfig):
         env.close()
 
 
-def test_monitored_ray_equals_local(cluster, tiny_run, tmp_path) -> None:
+def test_rewind_eval_with_a_monitor_on_ray_equals_local(cluster, tiny_run, tmp_path) -> None:
+    """The command end to end: 3 episodes batched locally (B=3), one per unit on 2 actors."""
     cal = _always_alarm(tiny_run, tmp_path / "cal")
-    extra = {"episodes": 3, "monitor": {"score": "tide", "calibration": str(cal)}}
-    extra["rewind"] = {"mode": "restore", "max_rewinds": 1}
-    local = run_eval(_cfg(tiny_run, tmp_path / "local", **extra))
-    cfg = _cfg(tiny_run, tmp_path / "ray", **extra)
-    records, traces, info = sharded_rollouts(cfg, _spec(cfg), RayOptions(actors=2))
-    assert _comparable(records) == _comparable(local["records"])
-    assert [r.seed for r in records] == [0, 1, 2] and info["restarts"] == 0
-    assert len(traces) == 3 and all(r.rewinds == 1 for r in records)  # restore rewinds ran in the actors
+    args = [
+        f"policy_path={tiny_run['train']}",
+        "env=lift",
+        f"env.max_steps={MAX_STEPS}",
+        "episodes=3",
+        "device=cpu",
+        "monitor=tide",
+        f"monitor.calibration={cal}",
+        "rewind=restore",
+        "rewind.max_rewinds=1",
+        "wandb.mode=disabled",
+        "progress=false",
+    ]
+    for name, extra in (("local", []), ("ray", ["rollout.backend=ray"])):
+        assert (
+            run_cli(
+                eval_main,
+                [*args, *extra, f"out_dir={tmp_path / name}", f"store_out={tmp_path / name / 'store'}"],
+            )
+            == 0
+        )
+    local, on_ray = (json.loads((tmp_path / n / "summary.json").read_text()) for n in ("local", "ray"))
+    assert _comparable(on_ray["records"]) == _comparable(local["records"])
+    assert [r["rewinds"] for r in on_ray["records"]] == [1, 1, 1]  # restore rewinds ran in the actors
+    assert on_ray["ray"]["restarts"] == 0 and "ray" not in local
+    assert on_ray["monitor"]["rewinds"] == local["monitor"]["rewinds"] == 3
     _assert_same_stores(tmp_path / "local" / "store", tmp_path / "ray" / "store")
 
 

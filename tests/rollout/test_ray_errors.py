@@ -48,3 +48,44 @@ def test_bad_options_and_addresses() -> None:
         RayOptions(max_retries=-1)
     with pytest.raises(RayRolloutError, match="rollout.address=headnode: expected HOST:PORT"):
         check_reachable("headnode")
+
+
+def _eval_args(tiny_run, tmp_path) -> list[str]:
+    return [
+        f"policy_path={tiny_run['train']}",
+        "env=lift",
+        "episodes=1",
+        "device=cpu",
+        "rollout.backend=ray",
+        "wandb.mode=disabled",
+        "progress=false",
+        f"out_dir={tmp_path}",
+    ]
+
+
+def test_rewind_eval_without_ray_is_one_line(tiny_run, tmp_path, monkeypatch, capsys) -> None:
+    from helpers.train import run_cli
+
+    from rewind.scripts.eval import main as eval_main
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert run_cli(eval_main, _eval_args(tiny_run, tmp_path / "a")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "rollout.backend=ray needs Ray, which is not installed: pip install 'rewind[ray]' (or: pip install ray)"
+    )
+    assert run_cli(eval_main, [*_eval_args(tiny_run, tmp_path / "b"), "video.episodes=1"]) == 2
+    assert "video.episodes needs rollout.backend=local" in capsys.readouterr().err
+
+
+def test_rewind_eval_with_an_unreachable_address_names_it(tiny_run, tmp_path, capsys) -> None:
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray session is already running in this process")
+    from helpers.train import run_cli
+
+    from rewind.scripts.eval import main as eval_main
+
+    args = [*_eval_args(tiny_run, tmp_path), "rollout.address=127.0.0.1:1"]
+    assert run_cli(eval_main, args) == 2
+    assert "error: rollout.address=127.0.0.1:1: no Ray cluster reachable there" in capsys.readouterr().err
