@@ -46,8 +46,8 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "the base recipe from scratch on the demos plus a round's interventions (--round-store)",
         [
             "data.extra_paths=[ROUND_STORE]",
-            "+data.source_weights={policy: 0.0, pre_intervention: 0.0}",
-            "data.weight_mode=sample",
+            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0}",
+            "data.sample_weight_mode=sample",
         ],
         [],
         None,

@@ -89,7 +89,7 @@ def bench_sampling(root: Path, args: argparse.Namespace) -> dict[str, float]:
         buffer = ReplayBuffer.from_store(store)
         load_s = time.perf_counter() - t0
     sampler = WindowSampler(
-        buffer, args.n_obs_steps, args.horizon, source_weights={"recovery": 2.0}, seed=args.seed
+        buffer, args.n_obs_steps, args.horizon, sample_weights={"recovery": 2.0}, seed=args.seed
     )
     sampler.sample(args.batch)  # warm-up
     t0 = time.perf_counter()

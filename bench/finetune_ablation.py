@@ -43,30 +43,30 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "lr_1e-4": ("learning rate 1e-4 instead of 3e-4", ["train.lr=1e-4"], None),
     "all_labels": (
         "every label weight 1 (the policy's own steps too)",
-        ["+data.source_weights={policy: 1.0, pre_intervention: 1.0}"],
+        ["+data.sample_weights={policy: 1.0, pre_intervention: 1.0}"],
         None,
     ),
     "mask_zero_weight": (
-        "only the operator's actions supervised (data.mask_zero_weight)",
-        ["data.mask_zero_weight=true"],
+        "only the operator's actions supervised (data.mask_zero_sample_weight)",
+        ["data.mask_zero_sample_weight=true"],
         None,
     ),
     "obs_clip_5": ("observations clipped at 5 (policy.obs_clip)", ["policy.obs_clip=5.0"], None),
     "obs_clip_1.5": ("observations clipped at 1.5", ["policy.obs_clip=1.5"], None),
     "own_successes": (
         "80% the base policy's own successful rollouts (plain rewind-eval, seeds 50000..) instead",
-        ["+data.source_weights={policy: 1.0}"],
+        ["+data.sample_weights={policy: 1.0}"],
         "OWN",
     ),
     # issue 12: repetition controls, the passes cap, the stage split
     "demos_matched": (
         "80% new demos (seeds 1000..) cut to the round's correction steps: its repetition",
-        ["+data.source_weights={policy: 1.0}"],
+        ["+data.sample_weights={policy: 1.0}"],
         "MATCHED_DEMOS",
     ),
     "own_matched": (
         "80% own successful rollouts cut to the round's correction steps",
-        ["+data.source_weights={policy: 1.0}"],
+        ["+data.sample_weights={policy: 1.0}"],
         "MATCHED_OWN",
     ),
     "max_passes_4": (
@@ -80,18 +80,18 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
         "LATE",
     ),
     "as_loop_respect": (
-        "as_loop with data.label_boundaries=respect",
-        ["data.label_boundaries=respect"],
+        "as_loop with data.source_boundaries=respect",
+        ["data.source_boundaries=respect"],
         None,
     ),
     "max_passes_4_respect": (
-        "max_passes_4 with data.label_boundaries=respect",
-        ["data.mix=MAX_PASSES_4", "data.label_boundaries=respect"],
+        "max_passes_4 with data.source_boundaries=respect",
+        ["data.mix=MAX_PASSES_4", "data.source_boundaries=respect"],
         None,
     ),
     "late_stages_respect": (
-        "late_stages with data.label_boundaries=respect",
-        ["data.label_boundaries=respect"],
+        "late_stages with data.source_boundaries=respect",
+        ["data.source_boundaries=respect"],
         "LATE",
     ),
     "as_loop_pinned": (
@@ -282,8 +282,8 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         "data.extra_paths": f"[{store or a.round_store}]",
         "data.mix": "[0.2,0.8]",
         "data.val_fraction": "0",
-        "+data.source_weights": "{policy: 0.0, pre_intervention: 0.0}",
-        "data.weight_mode": "sample",
+        "+data.sample_weights": "{policy: 0.0, pre_intervention: 0.0}",
+        "data.sample_weight_mode": "sample",
         "init.from_weights": str(weights),
         "seed": "1",
         "train.steps": "600",

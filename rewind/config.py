@@ -6,6 +6,9 @@ a name from a list, :func:`check_range` for bounds; each raises :class:`ConfigEr
 names the field, e.g. ``episodes must be >= 1; got 0``. :func:`to_dataclass` builds the instance, so
 the same checks run whether a config comes from Hydra, from YAML, or from Python code.
 
+Renamed keys (:data:`RENAMED_KEYS`): an override of an old key is one error naming the new key, and a
+config saved under an old key (a training state, a loop's ``loop.json``) reads under the new one.
+
 Input paths are checked by name: a field called ``path``, ``calibration`` or ending in ``_path`` /
 ``_paths`` names something that must exist when it is set (:func:`check_input_paths`, run by every
 command before it starts). Outputs are called ``out``, ``out_dir``, ``store``, ``store_out``.
@@ -22,6 +25,17 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 T = TypeVar("T")
+
+#: Config keys renamed since they were introduced (old dotted key -> new; only the last part changes):
+#: "weights" means policy weights only, and the per-step tag is a "source" as the store calls it.
+RENAMED_KEYS: dict[str, str] = {
+    "data.source_weights": "data.sample_weights",
+    "data.weight_mode": "data.sample_weight_mode",
+    "data.mask_zero_weight": "data.mask_zero_sample_weight",
+    "data.label_boundaries": "data.source_boundaries",
+    "finetune.source_weights": "finetune.sample_weights",
+    "finetune.weight_mode": "finetune.sample_weight_mode",
+}
 
 
 class ConfigError(ValueError):
@@ -100,6 +114,29 @@ def _describe(exc: OmegaConfBaseException) -> str:
     line = text.splitlines()[0] if text else type(exc).__name__
     key = getattr(exc, "full_key", None)
     return f"{key}: {line}" if key and f"'{key}'" not in line else line
+
+
+def check_renamed_key(key: str) -> None:
+    """Raise :class:`ConfigError` naming the new key when ``key`` (or a key under it) was renamed."""
+    for old, new in RENAMED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            raise ConfigError(f"'{old}' was renamed '{new}': use {new + key[len(old) :]}=...")
+
+
+def with_renamed_keys(saved: Any) -> Any:
+    """A copy of the saved config tree ``saved`` with every old key of :data:`RENAMED_KEYS` under its new
+    name (what a run saved before a rename is compared with)."""
+    if not isinstance(saved, dict):
+        return saved
+    out = {k: with_renamed_keys(v) for k, v in saved.items()}
+    for old, new in RENAMED_KEYS.items():
+        *parents, leaf = old.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node and new.rsplit(".", 1)[-1] not in node:
+            node[new.rsplit(".", 1)[-1]] = node.pop(leaf)
+    return out
 
 
 def is_input_path_key(name: str) -> bool:

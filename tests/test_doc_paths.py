@@ -157,7 +157,8 @@ def test_dotted_names_in_config_comments_exist() -> None:
         "see `rewind/monitor/runner.py`",  # a file that is gone
         "| a | `configs/monitor/nothing_*.yaml` |",  # a glob matching nothing
         "`tests/test_layering.py::test_no_such_test`",  # a test that is gone
-        "Code: `rewind/teleop/`.\n\n| `loop.py` | the simulation thread |",  # a bare name in the section's folder
+        # a bare name in the folder the section is about
+        "Code: `rewind/teleop/`.\n\n| `loop.py` | the simulation thread |",
         "`rewind/eval/` (`runner.py`, `recorders.py`)",  # a bare name after a path on the line
         "`rewind.monitor.setup.load_monitor`",  # a module that is gone
         "`rewind.monitor.episode.NoSuchThing`",  # a name the module does not define
@@ -172,8 +173,9 @@ def test_a_stale_name_is_reported(text: str) -> None:
 def test_existing_names_pass() -> None:
     text = (
         "Code: `rewind/monitor/`.\n| `episode.py`, `factory.py` |\n"
-        "`rewind/eval/` (`runner.py`, `observers.py`), `configs/env/*.yaml`, `bench/results/operators_<task>.json`\n"
-        "`rewind.monitor.episode.MonitoredEpisode`, `rewind.envs.wrappers.PerturbationConfig`, `rewind/Lift-v0`\n"
+        "`rewind/eval/` (`runner.py`, `observers.py`), `configs/env/*.yaml`\n"
+        "`bench/results/operators_<task>.json`, `rewind.monitor.episode.MonitoredEpisode`\n"
+        "`rewind.envs.wrappers.PerturbationConfig`, `rewind/Lift-v0`\n"
         "`rewind.store.SCHEMA_VERSION`, `tests/test_doc_paths.py::test_existing_names_pass`\n"
         "`rewind.max_rewinds` (a config key), `calibration.json` (an output file), `rewind.configs`"
     )

@@ -1,7 +1,7 @@
 """Command-line rewriting and checks done before Hydra parses ``sys.argv``.
 
-Bare words become ``key=value`` overrides (:func:`map_positional`); unknown flags and malformed
-overrides become one-line :class:`~rewind.config.ConfigError` s (:func:`check_flags`,
+Bare words become ``key=value`` overrides (:func:`map_positional`); unknown flags, malformed
+overrides and renamed keys become one-line :class:`~rewind.config.ConfigError` s (:func:`check_flags`,
 :func:`parse_overrides`) instead of Hydra's usage text or parser trace.
 """
 
@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 
-from rewind.config import ConfigError
+from rewind.config import ConfigError, check_renamed_key
 
 # Hydra flags whose next word is their value (not a positional argument).
 _FLAGS_WITH_VALUE = frozenset(
@@ -112,7 +112,8 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
     """Parse ``key=value`` overrides with Hydra's grammar.
 
     Raises:
-        ConfigError: naming the first malformed override (``=x``, ``foo==``, unbalanced brackets).
+        ConfigError: naming the first malformed override (``=x``, ``foo==``, unbalanced brackets), or
+            the new name of a renamed key (:data:`rewind.config.RENAMED_KEYS`).
     """
     parser = OverridesParser.create()
     parsed = []
@@ -120,6 +121,7 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
         key = word.split("=", 1)[0].lstrip("+~")
         if not key:
             raise ConfigError(f"malformed override '{word}': no key before '=' (expected key=value)")
+        check_renamed_key(key)
         try:
             parsed.extend(parser.parse_overrides([word]))
         except OverrideParseException:

@@ -18,7 +18,7 @@ from rewind.loop.guided import GuidedConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import check_rewind_mode
 from rewind.monitor.factory import MonitorConfig
-from rewind.train.config import NORMALIZER_MODES, WEIGHT_MODES, policy_config
+from rewind.train.config import NORMALIZER_MODES, SAMPLE_WEIGHT_MODES, policy_config
 from rewind.utils.device import check_device
 
 #: name -> ``module:Class`` (imported on use by :func:`rewind.loop.sources.source_class`).
@@ -148,13 +148,13 @@ class FinetuneConfig:
         max_passes: (ft) cap on the expected passes over the rounds' data in one fine-tuning: their
             share of the batch shrinks (the demos take the rest) so that ``steps * batch_size *
             share <= max_passes * their steps``; ``null``: no cap (the share is ``1 - demo_share``).
-        source_weights: per-label weights of the training data, on top of the recovery source's
+        sample_weights: per-source sample weights of the training data, on top of the recovery source's
             defaults (operator, dagger, human: ``{policy: 0, pre_intervention: 0}``, i.e. the
             intervention segments only, as RaC and HG-DAgger train; retry, guided: every kept step).
-            Sirius-style: ``'+finetune.source_weights={policy: 1.0, correction: 2.0}'`` (the ``+``
+            Sirius-style: ``'+finetune.sample_weights={policy: 1.0, correction: 2.0}'`` (the ``+``
             lets Hydra add keys to the empty mapping).
-        weight_mode: ``sample`` (windows drawn in proportion to their weight; weight-0 windows never)
-            or ``loss`` (uniform windows, weighted loss); see ``rewind-train``'s ``data.weight_mode``.
+        sample_weight_mode: ``sample`` (windows drawn in proportion to their weight; weight-0 windows never)
+            or ``loss`` (uniform windows, weighted loss); see ``rewind-train``'s ``data.sample_weight_mode``.
         normalizer: ``keep`` the base policy's normalizer (default) or ``refit`` it to all the data.
         all_rounds: train on the data of every round so far (aggregation, DAgger-style); ``false``:
             only the latest round's.
@@ -167,8 +167,8 @@ class FinetuneConfig:
     warmup_steps: int = 50
     demo_share: float | None = 0.2
     max_passes: float | None = None
-    source_weights: dict[str, float] = field(default_factory=dict)
-    weight_mode: str = "sample"
+    sample_weights: dict[str, float] = field(default_factory=dict)
+    sample_weight_mode: str = "sample"
     normalizer: str = "keep"
     all_rounds: bool = True
 
@@ -189,16 +189,13 @@ class FinetuneConfig:
             self.max_passes is None or self.max_passes > 0,
             f"finetune.max_passes must be null or > 0; got {self.max_passes}",
         )
-        require(
-            self.weight_mode in WEIGHT_MODES,
-            f"finetune.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
-        )
+        check_choice("finetune.sample_weight_mode", self.sample_weight_mode, SAMPLE_WEIGHT_MODES)
         require(
             self.normalizer in NORMALIZER_MODES,
             f"finetune.normalizer must be one of [{', '.join(NORMALIZER_MODES)}]; got '{self.normalizer}'",
         )
-        for label, w in self.source_weights.items():
-            require(w >= 0, f"finetune.source_weights.{label} must be >= 0; got {w}")
+        for source, w in self.sample_weights.items():
+            require(w >= 0, f"finetune.sample_weights.{source} must be >= 0; got {w}")
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """One round's data collection: monitored episodes of the current policy, with a recovery source
 acting on alarms, recorded step by step and committed to the round's replay store.
 
-The monitored episode (:class:`~rewind.monitor.episode.MonitoredEpisode`) runs with ``auto_rewind=False``: what an
-alarm does is the recovery source's decision (:mod:`rewind.loop.sources`). Each episode's policy
-noise is seeded by its env seed, so an episode does not depend on which episodes came before it.
+The monitored episode (:class:`~rewind.monitor.episode.MonitoredEpisode`) runs with
+``auto_rewind=False``: what an alarm does is the recovery source's decision
+(:mod:`rewind.loop.sources`). Each episode's policy noise is seeded by its env seed, so an episode
+does not depend on which episodes came before it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class EpisodeOutcome:
         seed: env seed; success: the task was completed; steps: recorded steps.
         interventions: times the source was triggered; alarms: monitor alarms; stalls: stall triggers.
         failed_interventions: interventions whose correction did not complete its stage (or task).
-        operator_steps: steps counted as operator effort; labels: recorded steps per label.
+        operator_steps: steps counted as operator effort; source_counts: recorded steps per source.
         ended_by: ``env`` (success, failure or step limit) or ``source`` (``after=end``).
         kept: stored in the round's store; episode_id: its id there (``None`` if not kept).
     """
@@ -45,7 +46,7 @@ class EpisodeOutcome:
     alarms: int
     stalls: int
     operator_steps: int
-    labels: dict[str, int]
+    source_counts: dict[str, int]
     ended_by: str
     failed_interventions: int = 0
     kept: bool = False
@@ -97,8 +98,8 @@ def run_episode(
         source.finish(ep)
         ep.on_step = None
     log_ = ep.finish()
-    if source.policy_label != "policy":
-        recording.labels = [source.policy_label if lbl == "policy" else lbl for lbl in recording.labels]
+    if source.policy_source != "policy":
+        recording.sources = [source.policy_source if s == "policy" else s for s in recording.sources]
     return EpisodeOutcome(
         seed,
         ep.success,
@@ -107,7 +108,7 @@ def run_episode(
         alarms,
         stalls,
         recording.operator_steps,
-        recording.label_counts(),
+        recording.source_counts(),
         ended_by,
         getattr(source, "failed", 0),
         events=log_.events,
@@ -150,12 +151,13 @@ def collect_episodes(
 
 
 def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
-    """Counts over a round's episodes: success, interventions, operator steps, labels (kept episodes)."""
+    """Counts over a round's episodes: success, interventions, operator steps, steps per source (of the
+    kept episodes)."""
     kept = [o for o in outcomes if o.kept]
-    labels: dict[str, int] = {}
+    source_counts: dict[str, int] = {}
     for o in kept:
-        for k, v in o.labels.items():
-            labels[k] = labels.get(k, 0) + v
+        for k, v in o.source_counts.items():
+            source_counts[k] = source_counts.get(k, 0) + v
     n = max(len(outcomes), 1)
     return {
         "episodes": len(outcomes),
@@ -168,7 +170,7 @@ def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
         "kept_steps": sum(o.steps for o in kept),
         "operator_steps": sum(o.operator_steps for o in outcomes),
         "operator_steps_kept": sum(o.operator_steps for o in kept),
-        "labels": dict(sorted(labels.items())),
+        "source_counts": dict(sorted(source_counts.items())),
         "episode_ids": [o.episode_id for o in kept if o.episode_id is not None],
         "per_episode": [{k: v for k, v in asdict(o).items() if k != "events"} for o in outcomes],
     }

@@ -137,8 +137,8 @@ class GuidedSource(RecoverySource):
     name = "guided"
     counted: ClassVar[frozenset[str]] = frozenset()
     reacts_to_alarms = False
-    policy_label = "guided"
-    train_weights: ClassVar[dict[str, float]] = {}
+    policy_source = "guided"
+    train_sample_weights: ClassVar[dict[str, float]] = {}
 
     def __init__(self, cfg: RecoveryConfig, env_name: str, models: GuideModels | None = None) -> None:
         super().__init__(cfg, env_name)

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rewind.config import ConfigError
+from rewind.config import ConfigError, with_renamed_keys
 from rewind.loop.record import RoundRecord
 from rewind.utils.io import as_json, atomic_write_json, changed_keys
 
@@ -76,7 +76,8 @@ def check_identity(out: Path, cfg: Any) -> bool:
         atomic_write_json(path, now)
         return False
     # policy fields added since take their defaults (what loading the weights gives); other new keys today's
-    saved = _with_added_keys(_with_policy_defaults(json.loads(path.read_text())), now)
+    # keys renamed since (finetune.source_weights -> sample_weights, ...) read under their new names
+    saved = _with_added_keys(_with_policy_defaults(with_renamed_keys(json.loads(path.read_text()))), now)
     changed = changed_keys(saved, _with_policy_defaults(now))
     if changed:
         raise ConfigError(

@@ -5,7 +5,7 @@
     {"schema_version": 2, "round": r,
      "policy": {"version", "weights", "sha256", "parent"},        # lineage of the round's weights
      "demos": "round_00/demos/store",
-     "finetune": {"mode", "steps", "init", "source_weights"},     # rounds >= 1
+     "finetune": {"mode", "steps", "init", "sample_weights"},     # rounds >= 1 ("source_weights" before)
      "data": {"demos": counts, "rounds": {r: counts}, ...},        # what the round trained on
      "collection": {...},                                         # rounds >= 1: the collection summary
      "control": {"policy": {...}, "eval": {...}} | null,          # rounds >= 1

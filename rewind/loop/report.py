@@ -37,7 +37,7 @@ def round_row(rec: RoundRecord) -> dict[str, Any]:
         "episodes_collected": coll.get("episodes", 0),
         "episodes_kept": coll.get("kept", 0),
         "interventions": coll.get("interventions", 0),
-        "labels": coll.get("labels", {}),
+        "source_counts": coll.get("source_counts", coll.get("labels", {})),  # "labels" before the rename
         "operator_steps_round": ops.round,
         "operator_steps_recovery": ops.recovery,
         "operator_steps_total": ops.total,
@@ -136,8 +136,8 @@ def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
             f"| {r['operator_steps_round']} / {r['operator_steps_total']} | {r['success_rate']:.0%} "
             f"[{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}]{_kept(r['candidate_success'])} | {rw} | {ctl} |"
         )
-    lines += ["", "Labels of the kept steps per round:", ""]
-    lines += [f"* round {r['round']}: {r['labels']}" for r in rows if r["round"] > 0]
+    lines += ["", "Sources of the kept steps per round:", ""]
+    lines += [f"* round {r['round']}: {r['source_counts']}" for r in rows if r["round"] > 0]
     lines += [
         "",
         f"![success vs operator steps]({PLOT_COST})",

@@ -205,27 +205,28 @@ def _external(
         "kept": counts["episodes"],
         "kept_steps": counts["steps"],
         "operator_steps": counts["operator_steps"],
-        "labels": counts["labels"],
+        "source_counts": counts["source_counts"],
         "episode_ids": counts["episode_ids"],
         "interventions": None,
     }
 
 
-def train_weights(cfg: LoopConfig) -> dict[str, float]:
-    """The recovery source's default label weights updated with ``finetune.source_weights``."""
-    return {**source_class(cfg.recovery.name).train_weights, **cfg.finetune.source_weights}
+def train_sample_weights(cfg: LoopConfig) -> dict[str, float]:
+    """The recovery source's default sample weights per source updated with ``finetune.sample_weights``."""
+    return {**source_class(cfg.recovery.name).train_sample_weights, **cfg.finetune.sample_weights}
 
 
 def _round_stores(
     cfg: LoopConfig, out: Path, r: int
 ) -> tuple[dict[int, Path], dict[int, dict[str, Any]], dict[int, int]]:
-    """The round stores round ``r`` trains on, their counts and their steps of non-zero weight."""
-    weights = train_weights(cfg)
+    """The round stores round ``r`` trains on, their counts and their steps of non-zero sample weight."""
+    sample_weights = train_sample_weights(cfg)
     rounds = range(1, r + 1) if cfg.finetune.all_rounds else [r]
     stores = {q: round_dir(out, q) / "collect" / "store" for q in rounds}
     counts = {q: stages.store_counts(p) for q, p in stores.items() if p.exists()}
     useful = {
-        q: sum(n for lbl, n in c["labels"].items() if weights.get(lbl, 1.0) > 0) for q, c in counts.items()
+        q: sum(n for src, n in c["source_counts"].items() if sample_weights.get(src, 1.0) > 0)
+        for q, c in counts.items()
     }
     return stores, counts, {q: n for q, n in useful.items() if n > 0}
 
@@ -245,8 +246,8 @@ def _finetune_config(
         extra_paths=[str(stores[q]) for q in used],
         mix=mix,
         val_fraction=0.0,
-        source_weights=train_weights(cfg),
-        weight_mode=f.weight_mode,
+        sample_weights=train_sample_weights(cfg),
+        sample_weight_mode=f.sample_weight_mode,
     )
     parent = prev.policy.weights
     if control and prev.control:
@@ -269,7 +270,7 @@ def _finetune_config(
         "demos": base.data["demos"],
         "rounds": {str(q): counts[q] for q in used},
         "mix": mix,
-        "source_weights": data.source_weights,
+        "sample_weights": data.sample_weights,
     }
     return tcfg, init, seen
 
@@ -342,7 +343,7 @@ def recovery_round(
         "mode": cfg.finetune.mode,
         "steps": cfg.finetune.steps,
         "init": init or None,
-        "source_weights": dict(cfg.finetune.source_weights),
+        "sample_weights": dict(cfg.finetune.sample_weights),
     }
     demos = str(_abs(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)

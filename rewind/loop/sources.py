@@ -80,8 +80,8 @@ def keep_episode(rule: str, success: bool, interventions: int, failed: int = 0) 
 
 
 class LoopRecording(EpisodeRecording):
-    """An :class:`EpisodeRecording` whose operator-step count uses the source's ``counted`` labels and
-    that can drop steps undone by a ``restore`` rewind."""
+    """An :class:`EpisodeRecording` whose operator-step count uses the recovery source's ``counted``
+    sources and that can drop steps undone by a ``restore`` rewind."""
 
     def __init__(self, pre_intervention_steps: int, counted: frozenset[str]) -> None:
         super().__init__(pre_intervention_steps)
@@ -89,15 +89,15 @@ class LoopRecording(EpisodeRecording):
 
     @property
     def operator_steps(self) -> int:
-        """Steps whose label the source counts as operator effort."""
-        return sum(lbl in self.counted for lbl in self.labels)
+        """Steps whose source the recovery source counts as operator effort."""
+        return sum(src in self.counted for src in self.sources)
 
     def drop_from(self, step: int) -> int:
         """Remove the trailing steps taken at control step ``step`` or later; returns how many."""
         n = 0
         while self.steps and self.steps[-1].step >= step:
             self.steps.pop()
-            self.labels.pop()
+            self.sources.pop()
             n += 1
         self.trim_segments()
         return n
@@ -105,7 +105,7 @@ class LoopRecording(EpisodeRecording):
 
 class EpisodeAsEnv:
     """A :class:`MonitoredEpisode` seen as a gym env by a scripted operator: each ``step`` is an
-    ``external_step`` with label ``source`` (recorded, counted, policy queue cleared). ``stop()`` true
+    ``external_step`` recorded as ``source`` (recorded, counted, policy queue cleared). ``stop()`` true
     after a step (a human-like operator gave up) ends the drive: the step reports ``truncated``."""
 
     def __init__(self, ep: MonitoredEpisode, source: str, stop: Callable[[], bool] | None = None) -> None:
@@ -123,12 +123,12 @@ class EpisodeAsEnv:
 
 
 def drive_operator(
-    ep: MonitoredEpisode, operator: Operator, label: str, until: str, budget: int
+    ep: MonitoredEpisode, operator: Operator, source: str, until: str, budget: int
 ) -> tuple[int, bool]:
-    """The operator drives ``ep`` (label ``label``) until the current ``stage`` or the whole ``task`` is
-    done, the episode ends, or ``budget`` steps are spent; returns the steps taken and whether it
-    completed what it set out to do (a stage, or the task)."""
-    env, steps, completed = EpisodeAsEnv(ep, label, getattr(operator, "stopped", None)), 0, False
+    """The operator drives ``ep`` (steps recorded as ``source``) until the current ``stage`` or the whole
+    ``task`` is done, the episode ends, or ``budget`` steps are spent; returns the steps taken and
+    whether it completed what it set out to do (a stage, or the task)."""
+    env, steps, completed = EpisodeAsEnv(ep, source, getattr(operator, "stopped", None)), 0, False
     while steps < budget and not ep.done:
         res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
         steps += res.steps
@@ -145,18 +145,18 @@ class RecoverySource(ABC):
         cfg: the ``recovery`` node; env_name: the task (for its scripted operator).
 
     Class attributes:
-        counted: labels counted as operator steps in this source's episodes.
+        counted: sources counted as operator steps in this source's episodes.
         reacts_to_alarms: whether :meth:`on_trigger` is called at all.
-        policy_label: the label the policy's own steps are stored with (``guided`` for ReGuide).
-        train_weights: default per-label training weights of the source's data (``finetune.source_weights``
-            null): RaC and HG-DAgger train on the intervention segments only.
+        policy_source: the source the policy's own steps are stored with (``guided`` for ReGuide).
+        train_sample_weights: default per-source sample weights of the source's data
+            (``finetune.sample_weights`` null): RaC and HG-DAgger train on the intervention segments only.
     """
 
     name: ClassVar[str] = ""
     counted: ClassVar[frozenset[str]] = OPERATOR_SOURCES
     reacts_to_alarms: ClassVar[bool] = True
-    policy_label: ClassVar[str] = "policy"
-    train_weights: ClassVar[dict[str, float]] = {"policy": 0.0, "pre_intervention": 0.0}
+    policy_source: ClassVar[str] = "policy"
+    train_sample_weights: ClassVar[dict[str, float]] = {"policy": 0.0, "pre_intervention": 0.0}
 
     def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
         self.cfg, self.env_name = cfg, env_name
@@ -228,7 +228,7 @@ class RetrySource(RecoverySource):
 
     name = "retry"
     counted = frozenset()
-    train_weights: ClassVar[dict[str, float]] = {}
+    train_sample_weights: ClassVar[dict[str, float]] = {}
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """Rewind to the latest reached checkpoint."""

@@ -207,15 +207,15 @@ def evaluate(
 
 
 def store_counts(path: str | Path) -> dict[str, Any]:
-    """Episodes, steps, steps per label, operator steps and ids of a store."""
+    """Episodes, steps, steps per source, operator steps and ids of a store."""
     with ReplayStore.open(path) as store:
         s = store.summary()
         ids = [e.id for e in store.episodes()]
-    labels = {k: v for k, v in s["steps_by_source"].items() if v}
+    source_counts = {k: v for k, v in s["steps_by_source"].items() if v}
     return {
         "episodes": s["episodes"],
         "steps": s["steps"],
-        "labels": labels,
+        "source_counts": source_counts,
         "operator_steps": s["n_operator_steps"],
         "episode_ids": ids,
     }

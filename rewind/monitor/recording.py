@@ -1,11 +1,11 @@
-"""Recording monitored episodes into a replay store with per-step source labels.
+"""Recording monitored episodes into a replay store with each step's source.
 
 :class:`EpisodeRecording` buffers the :class:`~rewind.monitor.episode.StepResult` of every step, in
 the order the env saw them, and commits the episode atomically to a
 :class:`~rewind.store.ReplayStore` (nothing is written until :meth:`EpisodeRecording.commit`, so an
 episode cut short — a killed process, a closed browser — leaves the store as it was).
 
-Labels follow the store vocabulary: ``policy`` for the policy's steps, ``recovery`` (a rewind driven
+Sources follow the store vocabulary: ``policy`` for the policy's steps, ``recovery`` (a rewind driven
 back), ``correction`` (completing the stage), ``human`` (a person's free teleop), and
 ``pre_intervention`` for the last ``pre_intervention_steps`` policy steps before each intervention
 (Sirius).
@@ -27,14 +27,14 @@ import numpy as np
 
 from rewind.monitor.episode import StepResult
 from rewind.store import EpisodeInfo, ReplayStore
-from rewind.store.windows import INTERVENTION_LABELS
+from rewind.store.windows import INTERVENTION_SOURCES
 
 #: Sources that count as operator (or person) effort: the cost axis of every comparison.
-OPERATOR_SOURCES = frozenset(INTERVENTION_LABELS)
+OPERATOR_SOURCES = frozenset(INTERVENTION_SOURCES)
 
 
 class EpisodeRecording:
-    """Buffered steps of one episode, committed with their labels.
+    """Buffered steps of one episode, committed with their sources.
 
     Args:
         pre_intervention_steps: policy steps before an intervention relabelled ``pre_intervention``.
@@ -43,7 +43,7 @@ class EpisodeRecording:
     def __init__(self, pre_intervention_steps: int = 15) -> None:
         self.pre_intervention_steps = int(pre_intervention_steps)
         self.steps: list[StepResult] = []
-        self.labels: list[str] = []
+        self.sources: list[str] = []
         self.segment_starts: list[int] = []
         self.undone_segments: list[int] = []
 
@@ -56,15 +56,15 @@ class EpisodeRecording:
         if not np.isfinite(res.action).all():
             return
         self._track_segments(res.step)
-        if res.source in OPERATOR_SOURCES and (not self.labels or self.labels[-1] not in OPERATOR_SOURCES):
+        if res.source in OPERATOR_SOURCES and (not self.sources or self.sources[-1] not in OPERATOR_SOURCES):
             for i in range(
-                len(self.labels) - 1, max(-1, len(self.labels) - 1 - self.pre_intervention_steps), -1
+                len(self.sources) - 1, max(-1, len(self.sources) - 1 - self.pre_intervention_steps), -1
             ):
-                if self.labels[i] != "policy":
+                if self.sources[i] != "policy":
                     break
-                self.labels[i] = "pre_intervention"
+                self.sources[i] = "pre_intervention"
         self.steps.append(res)
-        self.labels.append(res.source)
+        self.sources.append(res.source)
 
     def _track_segments(self, step: int) -> None:
         """Open a new segment when ``step`` does not follow the previous step (a ``restore`` rewind
@@ -99,13 +99,13 @@ class EpisodeRecording:
     @property
     def operator_steps(self) -> int:
         """Steps driven by an operator or a person."""
-        return sum(lbl in OPERATOR_SOURCES for lbl in self.labels)
+        return sum(src in OPERATOR_SOURCES for src in self.sources)
 
-    def label_counts(self) -> dict[str, int]:
-        """Number of steps per label."""
+    def source_counts(self) -> dict[str, int]:
+        """Number of steps per source."""
         out: dict[str, int] = {}
-        for lbl in self.labels:
-            out[lbl] = out.get(lbl, 0) + 1
+        for src in self.sources:
+            out[src] = out.get(src, 0) + 1
         return out
 
     def commit(
@@ -117,7 +117,7 @@ class EpisodeRecording:
         round: int = 0,
         extra: dict[str, Any] | None = None,
     ) -> EpisodeInfo:
-        """Write the episode (all steps, their labels, its segments) to ``store`` in one atomic commit."""
+        """Write the episode (all steps, their sources, its segments) to ``store`` in one atomic commit."""
         extra = {**(extra or {}), **self.segments_extra()}
         with store.episode(
             seed=seed,
@@ -127,7 +127,7 @@ class EpisodeRecording:
             n_operator_steps=self.operator_steps,
             extra=extra,
         ) as writer:
-            for res, label in zip(self.steps, self.labels, strict=True):
-                writer.add(res.obs, res.action, res.state, label)
+            for res, source in zip(self.steps, self.sources, strict=True):
+                writer.add(res.obs, res.action, res.state, source)
         assert writer.info is not None
         return writer.info

@@ -3,7 +3,7 @@
 * :class:`WindowDataset` - map-style; ``dataset[i]`` is window ``i``; ``__getitems__`` lets a
   ``DataLoader`` fetch a whole batch with one vectorised gather.
 * :class:`WindowBatches` - iterable of ready-made batches drawn by the sampler's seeded generator
-  (honours ``weight_mode="sample"``); use with ``DataLoader(..., batch_size=None)`` or directly.
+  (honours ``sample_weight_mode="sample"``); use with ``DataLoader(..., batch_size=None)`` or directly.
 """
 
 from __future__ import annotations

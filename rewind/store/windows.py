@@ -17,11 +17,11 @@ cuts it into segments, and :meth:`ReplayBuffer.from_store` loads each segment as
 (``episode_ends`` are segment ends), so no window contains both sides of a rewind. Undone segments
 are left out unless ``undone="keep"``.
 
-**Label boundaries** (``label_boundaries="respect"``; off by default until measured on the loop). A
+**Source boundaries** (``source_boundaries="respect"``; off by default until measured on the loop). A
 window anchored on an intervention step (``recovery``, ``correction``, ``human``) supervises only
 the actions of that intervention: the steps before and after its run of
-intervention labels (the policy's steps around the takeover, the policy acting after the hand-back)
-are masked out of ``action_mask``. A window anchored on any other label may cross into an
+intervention sources (the policy's steps around the takeover, the policy acting after the hand-back)
+are masked out of ``action_mask``. A window anchored on any other source may cross into an
 intervention: the operator's actions are what should have followed. ``"ignore"`` (the default):
 every in-unit step is a target.
 """
@@ -36,10 +36,10 @@ import numpy as np
 from rewind.store.schema import SOURCES, EpisodeInfo, StoreError, source_code
 from rewind.store.store import ReplayStore
 
-#: Labels whose windows stop at the edges of their run of steps (see the module docstring).
-INTERVENTION_LABELS: tuple[str, ...] = ("recovery", "correction", "human")
+#: Sources whose windows stop at the edges of their run of steps (see the module docstring).
+INTERVENTION_SOURCES: tuple[str, ...] = ("recovery", "correction", "human")
 UNDONE_MODES = ("drop", "keep")
-LABEL_BOUNDARY_MODES = ("respect", "ignore")
+SOURCE_BOUNDARY_MODES = ("respect", "ignore")
 
 
 def episode_segments(
@@ -148,15 +148,15 @@ class WindowSampler:
         horizon: ``H``, action chunk length (>= ``n_obs_steps``).
         pad_before: max steps of padding before an episode start (default ``To - 1``).
         pad_after: max steps of padding after an episode end (default ``H - To``).
-        source_weights: source label -> weight; missing labels weigh 1. The weight of a window is
+        sample_weights: source label -> sample weight; missing sources weigh 1. The weight of a window is
             that of the source of its anchor step ``t`` (the first action to execute).
-        weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["weight"]``;
+        sample_weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["weight"]``;
             ``"sample"``: sample windows with probability proportional to weight, return weight 1.
         seed: seed of the sampler's own ``np.random.Generator``.
-        mask_zero_weight: also mark the actions of steps whose label weighs 0 as not valid in
+        mask_zero_sample_weight: also mark the actions of steps whose source weighs 0 as not valid in
             ``action_mask`` (as padding is): a window anchored on a correction then supervises only
             the correction's actions, not the policy's own actions just before or after it.
-        label_boundaries: ``"respect"``: a window anchored on an intervention label supervises
+        source_boundaries: ``"respect"``: a window anchored on an intervention source supervises
             only its run of intervention steps (module docstring); ``"ignore"`` (default): every
             step of the window is a target.
     """
@@ -168,34 +168,34 @@ class WindowSampler:
         horizon: int = 16,
         pad_before: int | None = None,
         pad_after: int | None = None,
-        source_weights: Mapping[str, float] | None = None,
-        weight_mode: Literal["loss", "sample"] = "loss",
+        sample_weights: Mapping[str, float] | None = None,
+        sample_weight_mode: Literal["loss", "sample"] = "loss",
         seed: int | None = 0,
-        mask_zero_weight: bool = False,
-        label_boundaries: Literal["respect", "ignore"] = "ignore",
+        mask_zero_sample_weight: bool = False,
+        source_boundaries: Literal["respect", "ignore"] = "ignore",
     ) -> None:
         if n_obs_steps < 1 or horizon < n_obs_steps:
             raise StoreError(f"horizon: need 1 <= n_obs_steps <= horizon, got {n_obs_steps}, {horizon}")
-        if weight_mode not in ("loss", "sample"):
-            raise StoreError(f"weight_mode: must be 'loss' or 'sample', got {weight_mode!r}")
+        if sample_weight_mode not in ("loss", "sample"):
+            raise StoreError(f"sample_weight_mode: must be 'loss' or 'sample', got {sample_weight_mode!r}")
         self.buffer = buffer
         self.n_obs_steps, self.horizon = n_obs_steps, horizon
         self.pad_before = n_obs_steps - 1 if pad_before is None else pad_before
         self.pad_after = horizon - n_obs_steps if pad_after is None else pad_after
         if self.pad_before < 0 or self.pad_after < 0:
             raise StoreError(f"pad_before/pad_after: must be >= 0, got {self.pad_before}, {self.pad_after}")
-        self.weight_mode = weight_mode
-        self.mask_zero_weight = bool(mask_zero_weight)
-        if label_boundaries not in LABEL_BOUNDARY_MODES:
+        self.sample_weight_mode = sample_weight_mode
+        self.mask_zero_sample_weight = bool(mask_zero_sample_weight)
+        if source_boundaries not in SOURCE_BOUNDARY_MODES:
             raise StoreError(
-                f"label_boundaries: must be one of {list(LABEL_BOUNDARY_MODES)}; got {label_boundaries!r}"
+                f"source_boundaries: must be one of {list(SOURCE_BOUNDARY_MODES)}; got {source_boundaries!r}"
             )
-        self.label_boundaries = label_boundaries
+        self.source_boundaries = source_boundaries
         self._is_intervention = np.zeros(len(SOURCES), bool)
-        self._is_intervention[[source_code(lbl) for lbl in INTERVENTION_LABELS]] = True
+        self._is_intervention[[source_code(s) for s in INTERVENTION_SOURCES]] = True
         self.rng = np.random.default_rng(seed)
         self._build_index()
-        self._build_weights(source_weights or {})
+        self._build_sample_weights(sample_weights or {})
 
     def _build_index(self) -> None:
         """Per window: global start ``s`` (may lie outside its episode) and its episode bounds."""
@@ -214,18 +214,18 @@ class WindowSampler:
         self.anchors = np.clip(self.starts + self.n_obs_steps - 1, self.ep_begin, self.ep_last)
         self.window_episode_ids = np.asarray(self.buffer.episode_ids, np.int64)[ep]
 
-    def _build_weights(self, source_weights: Mapping[str, float]) -> None:
+    def _build_sample_weights(self, sample_weights: Mapping[str, float]) -> None:
         table = np.ones(len(SOURCES), np.float64)
-        for label, w in source_weights.items():
+        for label, w in sample_weights.items():
             if not np.isfinite(w) or w < 0:
-                raise StoreError(f"source_weights[{label!r}]: must be finite and >= 0, got {w!r}")
-            table[source_code(label, f"source_weights[{label!r}]")] = w
-        self.source_weight_table = table.astype(np.float32)
-        self.window_weights = table[self.buffer.data["source"][self.anchors]]
-        total = self.window_weights.sum()
-        if self.weight_mode == "sample" and total <= 0:
-            raise StoreError("source_weights: every window has weight 0; nothing to sample")
-        self._cdf = np.cumsum(self.window_weights) / total if total > 0 else None
+                raise StoreError(f"sample_weights[{label!r}]: must be finite and >= 0, got {w!r}")
+            table[source_code(label, f"sample_weights[{label!r}]")] = w
+        self.sample_weight_table = table.astype(np.float32)
+        self.window_sample_weights = table[self.buffer.data["source"][self.anchors]]
+        total = self.window_sample_weights.sum()
+        if self.sample_weight_mode == "sample" and total <= 0:
+            raise StoreError("sample_weights: every window has weight 0; nothing to sample")
+        self._cdf = np.cumsum(self.window_sample_weights) / total if total > 0 else None
 
     def __len__(self) -> int:
         """Number of distinct windows."""
@@ -233,7 +233,7 @@ class WindowSampler:
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` windows (with replacement) and return :meth:`get` of them."""
-        if self.weight_mode == "sample":
+        if self.sample_weight_mode == "sample":
             ids = np.searchsorted(self._cdf, self.rng.random(batch_size) * self._cdf[-1], side="right")
             ids = np.minimum(ids, len(self) - 1)
         else:
@@ -257,15 +257,15 @@ class WindowSampler:
         act_idx_c = np.clip(act_idx, b, last)
         data = self.buffer.data
         obs = {k: data[f"obs/{k}"][obs_idx_c] for k in self.buffer.obs_keys}
-        if self.weight_mode == "sample":
+        if self.sample_weight_mode == "sample":
             weight = np.ones(len(w), np.float32)
         else:
-            weight = self.window_weights[w].astype(np.float32)
+            weight = self.window_sample_weights[w].astype(np.float32)
         source = data["source"][act_idx_c]
         mask = (act_idx >= b) & (act_idx <= last)
-        if self.mask_zero_weight:
-            mask &= self.source_weight_table[source] > 0
-        if self.label_boundaries == "respect":
+        if self.mask_zero_sample_weight:
+            mask &= self.sample_weight_table[source] > 0
+        if self.source_boundaries == "respect":
             mask &= self._intervention_run(source)
         return {
             "obs": obs,
@@ -278,7 +278,7 @@ class WindowSampler:
         }
 
     def _intervention_run(self, source: np.ndarray) -> np.ndarray:
-        """``[B, H]`` bool: False on the steps outside the run of intervention labels around the
+        """``[B, H]`` bool: False on the steps outside the run of intervention sources around the
         anchor (column ``To - 1``) of windows anchored on an intervention; True elsewhere."""
         inter = self._is_intervention[source]
         a = self.n_obs_steps - 1

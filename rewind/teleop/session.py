@@ -374,7 +374,7 @@ class TeleopSession:
             "id": info.id,
             "outcome": outcome,
             "length": info.length,
-            "labels": info.source_counts,
+            "source_counts": info.source_counts,
         }
         self._note(f"committed episode {info.id} as {outcome}: {info.length} steps {info.source_counts}")
 
@@ -446,7 +446,7 @@ class TeleopSession:
                 "success": ep.success,
                 "stage": self._stage_name(),
                 "recorded": len(self.recording),
-                "labels": self.recording.label_counts(),
+                "source_counts": self.recording.source_counts(),
             },
             "threshold": None if mon is None or mon.calibration is None else mon.threshold(ep.step_count),
             "scores": [list(s) for s in self.scores],

@@ -17,12 +17,12 @@ from omegaconf import MISSING
 from rewind.config import CommandConfig, ConfigError, check_choice, require, to_dataclass
 from rewind.envs.config import EnvConfig
 from rewind.metrics import WandbConfig
-from rewind.store.windows import LABEL_BOUNDARY_MODES, UNDONE_MODES
+from rewind.store.windows import SOURCE_BOUNDARY_MODES, UNDONE_MODES
 from rewind.train.distributed import BACKENDS, check_global_batch
 from rewind.utils.device import check_device
 from rewind.utils.ranks import launch_ranks
 
-WEIGHT_MODES = ("loss", "sample")
+SAMPLE_WEIGHT_MODES = ("loss", "sample")
 NORMALIZER_MODES = ("keep", "refit")
 
 
@@ -39,15 +39,15 @@ class DataConfig:
             store equally likely (the stores are simply concatenated).
         val_fraction: fraction of episodes held out for the validation loss (at least one episode
             when > 0 and the store has two or more); 0 disables validation.
-        source_weights: per-step source label -> weight (e.g. ``{recovery: 2.0, pre_intervention: 0}``);
-            labels not listed weigh 1.
-        weight_mode: ``loss`` (uniform windows, weighted loss) or ``sample`` (weighted sampling).
-        mask_zero_weight: exclude the action targets of steps whose label weighs 0 from the loss (a
+        sample_weights: per-step source -> sample weight (e.g. ``{recovery: 2.0, pre_intervention: 0}``);
+            sources not listed weigh 1.
+        sample_weight_mode: ``loss`` (uniform windows, weighted loss) or ``sample`` (weighted sampling).
+        mask_zero_sample_weight: exclude the action targets of steps whose source weighs 0 from the loss (a
             window anchored on a correction then learns only the operator's actions, not the
             policy's actions after the hand-back that share its chunk).
         undone: steps undone by a ``restore`` rewind (segments of their own in the store):
             ``drop`` (default) leaves them out of training, ``keep`` trains on them as well.
-        label_boundaries: ``respect``: a window anchored on an intervention step
+        source_boundaries: ``respect``: a window anchored on an intervention step
             (recovery, correction, human) supervises only that intervention's actions, not the
             policy's around it; ``ignore`` (default until the loop is re-measured with ``respect``):
             every step of the window is a target.
@@ -58,24 +58,21 @@ class DataConfig:
     extra_paths: list[str] = field(default_factory=list)
     mix: list[float] = field(default_factory=list)
     val_fraction: float = 0.1
-    source_weights: dict[str, float] = field(default_factory=dict)
-    weight_mode: str = "loss"
-    mask_zero_weight: bool = False
+    sample_weights: dict[str, float] = field(default_factory=dict)
+    sample_weight_mode: str = "loss"
+    mask_zero_sample_weight: bool = False
     undone: str = "drop"
-    label_boundaries: str = "ignore"
+    source_boundaries: str = "ignore"
     val_batches: int = 4
 
     def __post_init__(self) -> None:
         require(
             0.0 <= self.val_fraction < 1.0, f"data.val_fraction must be in [0, 1); got {self.val_fraction}"
         )
-        require(
-            self.weight_mode in WEIGHT_MODES,
-            f"data.weight_mode must be one of [{', '.join(WEIGHT_MODES)}]; got '{self.weight_mode}'",
-        )
+        check_choice("data.sample_weight_mode", self.sample_weight_mode, SAMPLE_WEIGHT_MODES)
         for key, value, valid in (
             ("undone", self.undone, UNDONE_MODES),
-            ("label_boundaries", self.label_boundaries, LABEL_BOUNDARY_MODES),
+            ("source_boundaries", self.source_boundaries, SOURCE_BOUNDARY_MODES),
         ):
             require(value in valid, f"data.{key} must be one of [{', '.join(valid)}]; got '{value}'")
         require(self.val_batches >= 1, f"data.val_batches must be >= 1; got {self.val_batches}")

@@ -146,19 +146,20 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
     kwargs = {
         "n_obs_steps": n_obs_steps,
         "horizon": horizon,
-        "source_weights": dict(cfg.source_weights),
-        "mask_zero_weight": cfg.mask_zero_weight,
-        "label_boundaries": cfg.label_boundaries,
+        "sample_weights": dict(cfg.sample_weights),
+        "mask_zero_sample_weight": cfg.mask_zero_sample_weight,
+        "source_boundaries": cfg.source_boundaries,
     }
     train: WindowSampler | MixedSampler
     if cfg.mix:
         subs = [
-            WindowSampler(b, weight_mode=cfg.weight_mode, seed=sampler_seed, **kwargs) for b in train_bufs
+            WindowSampler(b, sample_weight_mode=cfg.sample_weight_mode, seed=sampler_seed, **kwargs)
+            for b in train_bufs
         ]
         train = MixedSampler(subs, cfg.mix, sampler_seed)
     else:
         train = WindowSampler(
-            concat_buffers(train_bufs), weight_mode=cfg.weight_mode, seed=sampler_seed, **kwargs
+            concat_buffers(train_bufs), sample_weight_mode=cfg.sample_weight_mode, seed=sampler_seed, **kwargs
         )
     val = WindowSampler(concat_buffers(val_bufs), seed=val_seed, **kwargs) if val_bufs else None
     first = by_store[cfg.path]

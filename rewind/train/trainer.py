@@ -20,7 +20,7 @@ import torch
 from diffusers.optimization import get_scheduler
 from tqdm import tqdm
 
-from rewind.config import ConfigError
+from rewind.config import ConfigError, with_renamed_keys
 from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy, count_parameters
 from rewind.train import distributed, policy_api
@@ -168,7 +168,7 @@ class Trainer:
         if not isinstance(saved, dict):
             folder = self.out_dir / STATE_DIR / step_name(int(meta["step"]))
             raise TrainingStateError(f"{folder / STATE_FILE}: 'resume_signature' is missing or not an object")
-        changed = changed_keys(saved, as_json(resume_signature(self.cfg)))
+        changed = changed_keys(with_renamed_keys(saved), as_json(resume_signature(self.cfg)))
         if changed:
             raise ConfigError(
                 f"resume: config differs from the saved run in {', '.join(changed)} "

@@ -64,7 +64,7 @@ def test_guided_source_labels_guided_and_uses_no_operator(tiny_run, tmp_path: Pa
     ep = MonitoredEpisode(env, loaded.policy, None, None, RewindConfig(auto_rewind=False))
     rec = LoopRecording(15, source.counted)
     out = run_episode(ep, source, 7, rec, 1)
-    assert set(rec.labels) == {"guided"} and out.operator_steps == 0 and out.interventions == 0
+    assert set(rec.sources) == {"guided"} and out.operator_steps == 0 and out.interventions == 0
     assert source.report()["guidance_calls"] >= 10 * cfg.guided.last_k // 3
     assert loaded.policy.guidance is None and loaded.policy.config.guidance_last_k == 10  # restored
     env.close()

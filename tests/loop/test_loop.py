@@ -34,14 +34,14 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_run) -> None:
     assert r1["finetune"]["init"] == {"from_weights": base["policy"]["weights"], "normalizer": "keep"}
     assert r2["finetune"]["init"]["from_weights"] == r1["policy"]["weights"]  # continues from the last round
     assert set(r2["data"]["rounds"]) == {"1", "2"} and r2["data"]["mix"][0] == pytest.approx(0.2)
-    assert r2["data"]["source_weights"] == {"policy": 0.0, "pre_intervention": 0.0}  # RaC: interventions only
+    assert r2["data"]["sample_weights"] == {"policy": 0.0, "pre_intervention": 0.0}  # RaC: interventions only
     # the control arm: the same fine-tuning on the demos alone, its own lineage from the base
     assert r1["control"]["policy"]["parent"] == base["policy"]["version"]
     assert r2["control"]["policy"]["parent"] == r1["control"]["policy"]["version"]
     assert summary["control_after"] == r2["control"]["eval"]["success_rate"]
     ctl_meta = json.loads((out / r2["control"]["policy"]["weights"] / "config.json").read_text())["extra"]
     assert "stores" not in ctl_meta and ctl_meta["init_from"].endswith(r1["control"]["policy"]["weights"])
-    assert r1["collection"]["interventions"] == 3 and set(r1["collection"]["labels"]) >= {"correction"}
+    assert r1["collection"]["interventions"] == 3 and set(r1["collection"]["source_counts"]) >= {"correction"}
     ops = [r["operator_steps"] for r in (base, r1, r2)]
     assert ops[0]["demos"] > 0 and ops[0]["recovery"] == 0
     assert (

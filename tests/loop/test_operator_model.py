@@ -89,9 +89,9 @@ def test_delay_and_failed_attempts_are_counted_operator_steps(tiny_run, tmp_path
     interventions = sum(o.interventions for o in outs)
     assert interventions == stats.takeovers >= 4 and stats.give_ups >= 1
     assert stats.delay_steps == 5 * interventions and steps == stats.steps  # every model step is counted
-    assert sum(r.labels.count("correction") for r in recs) == steps
+    assert sum(r.sources.count("correction") for r in recs) == steps
     for rec in recs:  # each takeover starts with 5 hold steps, labelled correction like the rest
-        labels = rec.labels
+        labels = rec.sources
         starts = [
             i for i in range(len(labels)) if labels[i] == "correction" and labels[i - 1] != "correction"
         ]

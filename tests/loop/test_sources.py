@@ -16,7 +16,7 @@ from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig,
 from rewind.store import ReplayStore
 from rewind.train.policy_api import load_policy
 
-OPERATOR_LABELS = {"recovery", "correction", "human"}
+INTERVENTIONS = {"recovery", "correction", "human"}
 
 
 @pytest.fixture()
@@ -46,21 +46,21 @@ def _run(env, loaded, seed: int = 3, **recovery):
 def test_operator_rac_recovers_corrects_and_ends(parts) -> None:
     out, rec = _run(*parts, name="operator", after="end", max_correction_steps=30)
     assert out.interventions == 1 and out.ended_by == "source" and out.alarms >= 1
-    labels = rec.labels
-    first_op = next(i for i, lbl in enumerate(labels) if lbl in OPERATOR_LABELS)
+    sources = rec.sources
+    first_op = next(i for i, src in enumerate(sources) if src in INTERVENTIONS)
     assert (
-        set(labels[:first_op]) <= {"policy", "pre_intervention"}
-        and labels[first_op - 1] == "pre_intervention"
+        set(sources[:first_op]) <= {"policy", "pre_intervention"}
+        and sources[first_op - 1] == "pre_intervention"
     )
-    assert labels.count("pre_intervention") == min(first_op, 15)
-    tail = labels[first_op:]
+    assert sources.count("pre_intervention") == min(first_op, 15)
+    tail = sources[first_op:]
     assert set(tail) <= {"recovery", "correction"} and tail[-1] == "correction"
-    assert tail == sorted(tail, key=lambda lbl: lbl != "recovery")  # recovery first, then correction
+    assert tail == sorted(tail, key=lambda src: src != "recovery")  # recovery first, then correction
     assert (
         out.operator_steps
         == rec.operator_steps
         == len(tail)
-        == labels.count("recovery") + labels.count("correction")
+        == sources.count("recovery") + sources.count("correction")
     )
     assert [s.step for s in rec.steps] == list(range(len(rec.steps)))  # drive mode: one continuous trajectory
 
@@ -68,23 +68,23 @@ def test_operator_rac_recovers_corrects_and_ends(parts) -> None:
 def test_dagger_takes_over_without_rewind_and_hands_back(parts) -> None:
     out, rec = _run(*parts, name="dagger", after="handback", max_interventions=2, max_correction_steps=5)
     assert out.interventions == 2 and out.ended_by == "env" and out.failed_interventions == 2
-    assert "recovery" not in rec.labels and rec.labels.count("correction") == 10
-    assert "policy" in rec.labels[rec.labels.index("correction") :]  # the policy drove again
-    assert out.operator_steps == 10 and out.labels["correction"] == 10
+    assert "recovery" not in rec.sources and rec.sources.count("correction") == 10
+    assert "policy" in rec.sources[rec.sources.index("correction") :]  # the policy drove again
+    assert out.operator_steps == 10 and out.source_counts["correction"] == 10
     assert [e["kind"] for e in out.events].count("rewind") == 0
 
 
 def test_retry_restores_drops_undone_steps_and_counts_no_operator(parts) -> None:
     out, rec = _run(*parts, name="retry", rewind_mode="restore", max_interventions=2)
-    assert out.interventions == 2 and out.operator_steps == 0 and set(rec.labels) == {"policy"}
+    assert out.interventions == 2 and out.operator_steps == 0 and set(rec.sources) == {"policy"}
     assert [s.step for s in rec.steps] == list(range(len(rec.steps)))  # only the final branch remains
     assert [e["kind"] for e in out.events].count("rewind") == 2
 
 
 def test_human_scripted_person_labels_human_and_counts_recovery(parts) -> None:
     out, rec = _run(*parts, name="human", person="scripted", max_correction_steps=20)
-    assert "human" in rec.labels and set(rec.labels) <= {"policy", "pre_intervention", "recovery", "human"}
-    assert out.operator_steps == rec.labels.count("human") + rec.labels.count("recovery")
+    assert "human" in rec.sources and set(rec.sources) <= {"policy", "pre_intervention", "recovery", "human"}
+    assert out.operator_steps == rec.sources.count("human") + rec.sources.count("recovery")
 
 
 class _BadPerson:

@@ -69,8 +69,8 @@ def test_drive_rewind_moves_the_gripper_back_and_labels_recovery(parts) -> None:
     ev = ep.rewind()
     assert ev["mode"] == "drive" and ev["drive_steps"] > 0
     assert np.linalg.norm(env.unwrapped.gripper_pos() - start) < 0.02
-    assert rec.labels[:3] == ["policy", "pre_intervention", "pre_intervention"]
-    assert rec.labels[3:13] == ["human"] * 10 and set(rec.labels[13:]) == {"recovery"}
+    assert rec.sources[:3] == ["policy", "pre_intervention", "pre_intervention"]
+    assert rec.sources[3:13] == ["human"] * 10 and set(rec.sources[13:]) == {"recovery"}
     assert rec.operator_steps == 10 + ev["drive_steps"]
 
 

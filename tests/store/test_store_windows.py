@@ -55,7 +55,7 @@ def _reference(buf: ReplayBuffer, to: int, h: int, pad_before: int, pad_after: i
 def test_windows_match_reference(to: int, h: int, pad_before: int | None, pad_after: int | None) -> None:
     buf = _buffer()
     sampler = WindowSampler(
-        buf, n_obs_steps=to, horizon=h, pad_before=pad_before, pad_after=pad_after, label_boundaries="ignore"
+        buf, n_obs_steps=to, horizon=h, pad_before=pad_before, pad_after=pad_after, source_boundaries="ignore"
     )
     ref = _reference(buf, to, h, sampler.pad_before, sampler.pad_after)
     assert len(sampler) == len(ref)
@@ -88,20 +88,20 @@ def test_obs_window_ends_at_anchor_and_actions_start_at_history() -> None:
 
 def test_loss_weights_follow_anchor_source() -> None:
     buf = _buffer()
-    sampler = WindowSampler(buf, 2, 8, source_weights={"recovery": 4.0, "demo": 0.5}, seed=1)
+    sampler = WindowSampler(buf, 2, 8, sample_weights={"recovery": 4.0, "demo": 0.5}, seed=1)
     batch = sampler.sample(256)
     anchor_src = buf.data["source"][sampler.anchors[np.arange(len(sampler))]]
     expected = np.where(
         anchor_src == SOURCE_CODES["recovery"], 4.0, np.where(anchor_src == SOURCE_CODES["demo"], 0.5, 1.0)
     )
-    np.testing.assert_array_equal(sampler.window_weights, expected)
+    np.testing.assert_array_equal(sampler.window_sample_weights, expected)
     assert batch["weight"].dtype == np.float32 and set(np.unique(batch["weight"])) <= {0.5, 1.0, 4.0}
 
 
 def test_sample_mode_draws_proportionally_to_weight() -> None:
     buf = _buffer()
     sampler = WindowSampler(
-        buf, 2, 8, source_weights={"demo": 0.0, "recovery": 3.0}, weight_mode="sample", seed=3
+        buf, 2, 8, sample_weights={"demo": 0.0, "recovery": 3.0}, sample_weight_mode="sample", seed=3
     )
     batch = sampler.sample(20_000)
     src_at_anchor = batch["source"][:, 1]
@@ -115,9 +115,9 @@ def test_sample_mode_draws_proportionally_to_weight() -> None:
 
 def test_mask_zero_weight_drops_only_zero_weight_action_targets() -> None:
     buf = _buffer()
-    kw = {"source_weights": {"demo": 0.0, "recovery": 3.0}, "weight_mode": "sample"}
+    kw = {"sample_weights": {"demo": 0.0, "recovery": 3.0}, "sample_weight_mode": "sample"}
     plain = WindowSampler(buf, 2, 8, **kw).get(np.arange(sum(LENGTHS)))
-    masked = WindowSampler(buf, 2, 8, mask_zero_weight=True, **kw).get(np.arange(sum(LENGTHS)))
+    masked = WindowSampler(buf, 2, 8, mask_zero_sample_weight=True, **kw).get(np.arange(sum(LENGTHS)))
     zero = masked["source"] == SOURCE_CODES["demo"]
     assert zero.any() and not masked["action_mask"][zero].any()
     np.testing.assert_array_equal(masked["action_mask"][~zero], plain["action_mask"][~zero])
@@ -138,15 +138,15 @@ def test_buffer_and_sampler_reject_bad_input() -> None:
         ReplayBuffer({**buf.data, "action": buf.data["action"][:-1]}, buf.episode_ends, buf.episode_ids)
     with pytest.raises(StoreError, match="episode_ends"):
         ReplayBuffer(buf.data, np.array([5, 5, 53]), [0, 1, 2])
-    with pytest.raises(StoreError, match=r"source_weights\['teleop'\]"):
-        WindowSampler(buf, source_weights={"teleop": 2.0})
+    with pytest.raises(StoreError, match=r"sample_weights\['teleop'\]"):
+        WindowSampler(buf, sample_weights={"teleop": 2.0})
     with pytest.raises(StoreError, match="horizon"):
         WindowSampler(buf, n_obs_steps=4, horizon=2)
     with pytest.raises(StoreError, match="every window has weight 0"):
         WindowSampler(
             buf,
-            source_weights={s: 0.0 for s in ("demo", "policy", "pre_intervention", "recovery")},
-            weight_mode="sample",
+            sample_weights={s: 0.0 for s in ("demo", "policy", "pre_intervention", "recovery")},
+            sample_weight_mode="sample",
         )
 
 
@@ -166,7 +166,7 @@ def test_from_store_and_torch_adapters(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         buf.data["obs/eef_pos"][: buf.episode_ends[0]], episodes[2]["obs"]["eef_pos"]
     )
-    sampler = WindowSampler(buf, 2, 16, source_weights={"recovery": 2.0})
+    sampler = WindowSampler(buf, 2, 16, sample_weights={"recovery": 2.0})
     loader = torch.utils.data.DataLoader(WindowDataset(sampler), batch_size=8, shuffle=False)
     first = next(iter(loader))
     ref = sampler.get(np.arange(8))

@@ -32,7 +32,7 @@ def _by_anchor(sampler: WindowSampler) -> dict[int, dict[str, np.ndarray]]:
 
 
 def test_intervention_windows_stop_at_the_hand_back() -> None:
-    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, label_boundaries="respect"))
+    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, source_boundaries="respect"))
     inter = {SOURCE_CODES[x] for x in ("recovery", "correction")}
     for t in range(6, 11):  # anchored on recovery / correction steps
         w = windows[t]
@@ -44,17 +44,17 @@ def test_intervention_windows_stop_at_the_hand_back() -> None:
 
 
 def test_policy_windows_may_run_into_an_intervention() -> None:
-    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, label_boundaries="respect"))
+    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, source_boundaries="respect"))
     w = windows[4]  # policy steps 3..5, then the operator's 6..10: all of them are targets
     np.testing.assert_array_equal(w["action"][:, 0], np.arange(3, 11))
     assert w["action_mask"].all()
 
 
 def test_ignore_mode_supervises_every_step() -> None:
-    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, label_boundaries="ignore"))
+    windows = _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8, source_boundaries="ignore"))
     assert windows[9]["action_mask"].all()
-    with pytest.raises(StoreError, match=r"label_boundaries: must be one of \['respect', 'ignore'\]"):
-        WindowSampler(_buffer(), label_boundaries="sometimes")
+    with pytest.raises(StoreError, match=r"source_boundaries: must be one of \['respect', 'ignore'\]"):
+        WindowSampler(_buffer(), source_boundaries="sometimes")
 
 
 @pytest.mark.parametrize(
@@ -85,5 +85,5 @@ def test_default_keeps_every_in_unit_step() -> None:
     """Until the loop is re-measured with ``respect``, the default supervises every step (as before)."""
     from rewind.train.config import DataConfig
 
-    assert DataConfig(path="x").label_boundaries == "ignore"
+    assert DataConfig(path="x").source_boundaries == "ignore"
     assert _by_anchor(WindowSampler(_buffer(), n_obs_steps=2, horizon=8))[9]["action_mask"].all()

@@ -96,7 +96,7 @@ def test_alarm_pauses_then_rewind_correct_and_commit_labels(
     assert s.tick() is None and s.episode.step_count == policy_steps  # waits for the person
     state = s.command("rewind", {"target": 0, "mode": "drive"})
     assert state["mode"] == "paused" and "rewound to 'start'" in state["reason"]
-    recovery = state["episode"]["labels"].get("recovery", 0)
+    recovery = state["episode"]["source_counts"].get("recovery", 0)
     assert recovery > 0
     s.command("takeover")
     s.input.update(["KeyW", "KeyR"])

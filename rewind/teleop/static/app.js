@@ -70,7 +70,7 @@ function render(s) {
   $("ep-step").textContent = ep.step;
   $("ep-max").textContent = ep.max_steps;
   $("ep-stage").textContent = ep.done ? (ep.success ? "SUCCESS" : "over") : ep.stage;
-  $("ep-labels").textContent = JSON.stringify(ep.labels);
+  $("ep-labels").textContent = JSON.stringify(ep.source_counts);
   $("grip").textContent = s.grip;
   $("camera").textContent = s.camera;
   $("committed").textContent = s.committed;
