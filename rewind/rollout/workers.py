@@ -24,7 +24,6 @@ import logging
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -312,15 +311,10 @@ class EnvWorkers(Sequence["WorkerEnv"]):
                     res.conns[w].send(message)
                 except OSError:
                     self._died(w, doing(w))
-        pending, replies = set(messages), {}
-        try:
-            while pending:
-                waiting = [res.conns[w] for w in pending] + [res.procs[w].sentinel for w in pending]
-                ready = set(connection.wait(waiting))
-                for w in sorted(pending):
-                    if res.conns[w] in ready or res.procs[w].sentinel in ready:
-                        replies[w] = self._receive(w, doing)
-                        pending.discard(w)
+        replies = {}
+        try:  # a worker's end of its pipe is open in that worker only: its death is an EOF here
+            for w in messages:
+                replies[w] = self._receive(w, doing)
         except BaseException:  # Ctrl-C while waiting: replies would be left in the pipes, so close
             self.close()
             raise
@@ -337,14 +331,11 @@ class EnvWorkers(Sequence["WorkerEnv"]):
             raise WorkerError(self._res.broken or "the environment workers are closed")
 
     def _receive(self, w: int, doing: Callable[[int], str]) -> tuple[str, Any]:
-        conn = self._res.conns[w]
         try:
-            if conn.poll():
-                return conn.recv()
+            return self._res.conns[w].recv()
         except Exception:  # noqa: BLE001 - EOF or a torn message: the worker is gone
-            pass
-        self._died(w, doing(w))
-        raise AssertionError("unreachable")
+            self._died(w, doing(w))
+            raise AssertionError("unreachable") from None
 
     def _died(self, w: int, doing: str) -> None:
         proc = self._res.procs[w]
