@@ -92,7 +92,7 @@ def _batch(policy: Any, n: int, seed: int = 0) -> dict[str, Any]:
         "obs": obs,
         "action": torch.randn(n, policy.horizon, 5, generator=g),
         "action_mask": torch.ones(n, policy.horizon, dtype=torch.bool),
-        "weight": torch.ones(n),
+        "sample_weight": torch.ones(n),
     }
     return {
         k: ({kk: vv.to(DEVICE) for kk, vv in v.items()} if isinstance(v, dict) else v.to(DEVICE))

@@ -94,7 +94,7 @@ class ActionChunkPolicy(nn.Module, ABC):
     @abstractmethod
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scalar training loss for a window batch (``obs/<key>`` or ``obs`` dict, ``action``,
-        optional ``weight`` ``[B]`` and ``action_mask`` ``[B, H]``), in env units."""
+        optional ``sample_weight`` ``[B]`` and ``action_mask`` ``[B, H]``), in env units."""
 
     @abstractmethod
     def _sample_chunk(self, obs: Obs, num_samples: int, generator: torch.Generator | None) -> torch.Tensor:

@@ -184,8 +184,8 @@ class ObsConditionedPolicy(ActionChunkPolicy):
     def split_batch(
         self, batch: Mapping[str, Any]
     ) -> tuple[Obs, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``(obs, action_normalized [B, H, Da], mask [B, H] | None, weight [B] | None)`` from a
-        window batch with an ``obs`` dict or flat ``obs/<key>`` entries (tensors, env units)."""
+        """``(obs, action_normalized [B, H, Da], mask [B, H] | None, sample_weight [B] | None)`` from
+        a window batch with an ``obs`` dict or flat ``obs/<key>`` entries (tensors, env units)."""
         obs = dict(batch["obs"]) if "obs" in batch else {}
         obs.update({k[4:]: v for k, v in batch.items() if k.startswith("obs/")})
         dev = self.device
@@ -195,7 +195,9 @@ class ObsConditionedPolicy(ActionChunkPolicy):
                 f"action must be [B, H={self.horizon}, Da={self.action_dim}]; got {list(action.shape)}"
             )
         mask = batch.get("action_mask") if self.config.mask_padding else None
-        weight = batch.get("weight")
+        if "weight" in batch:
+            raise ValueError("batch key 'weight' is now 'sample_weight' (per-window sample weights)")
+        weight = batch.get("sample_weight")
         return (
             obs,
             self.normalizer.normalize("action", action),

@@ -3,7 +3,7 @@
 Training (:meth:`ACTPolicy.compute_loss`): a posterior encoder reads ``[CLS, obs, a_0 .. a_{H-1}]``
 and gives ``mu, logvar`` of a latent ``z`` (``latent_dim``); the main encoder reads ``[z, obs tokens]``
 and the decoder's ``H`` learned queries cross-attend to it to predict the chunk. The loss is the L1
-error on normalized actions (masked by ``action_mask``, weighted per window by ``weight``) plus
+error on normalized actions (masked by ``action_mask``, weighted per window by ``sample_weight``) plus
 ``kl_weight * KL(q(z | a, o) || N(0, I))``.
 
 Inference (:meth:`predict_chunk`): ``z = 0`` (the prior mean) for sample 0, so ``num_samples = 1`` is
@@ -128,9 +128,9 @@ class ACTPolicy(ObsConditionedPolicy):
         """Scalar loss: masked, window-weighted L1 on normalized actions + ``kl_weight * KL``.
 
         ``batch``: ``obs`` dict (or ``obs/<key>``) ``[B, To, ...]``, ``action`` ``[B, H, Da]`` (env
-        units), optional ``action_mask`` ``[B, H]`` (used when ``mask_padding``) and ``weight``
-        ``[B]``. ``generator`` draws the reparameterisation noise and image crops (default: the
-        policy's own generator, seeded with ``config.seed``).
+        units), optional ``action_mask`` ``[B, H]`` (used when ``mask_padding``) and
+        ``sample_weight`` ``[B]``. ``generator`` draws the reparameterisation noise and image crops
+        (default: the policy's own generator, seeded with ``config.seed``).
         """
         return self.compute_loss_terms(batch, generator)["loss"]
 

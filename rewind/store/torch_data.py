@@ -41,7 +41,7 @@ class WindowDataset(Dataset):
         return len(self.sampler)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """Window ``i``: ``obs[key]`` ``[To, ...]``, ``action`` ``[H, Da]``, ``weight`` scalar, ..."""
+        """Window ``i``: ``obs[key]`` ``[To, ...]``, ``action`` ``[H, Da]``, ``sample_weight`` scalar, ..."""
         return to_torch(_index(self.sampler.get(np.array([i])), 0))
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:

@@ -150,7 +150,7 @@ class WindowSampler:
         pad_after: max steps of padding after an episode end (default ``H - To``).
         sample_weights: source label -> sample weight; missing sources weigh 1. The weight of a window is
             that of the source of its anchor step ``t`` (the first action to execute).
-        sample_weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["weight"]``;
+        sample_weight_mode: ``"loss"``: sample uniformly, return the weights in ``batch["sample_weight"]``;
             ``"sample"``: sample windows with probability proportional to weight, return weight 1.
         seed: seed of the sampler's own ``np.random.Generator``.
         mask_zero_sample_weight: also mark the actions of steps whose source weighs 0 as not valid in
@@ -246,7 +246,7 @@ class WindowSampler:
         Returns:
             ``obs``: dict key -> ``[B, To, ...]``, ``action``
             ``[B, H, Da]``, ``source`` ``[B, H]`` uint8 codes, ``action_mask`` ``[B, H]`` bool (False on
-            padded steps), ``weight`` ``[B]`` float32, ``episode_id`` ``[B]``, ``t`` ``[B]`` anchor
+            padded steps), ``sample_weight`` ``[B]`` float32, ``episode_id`` ``[B]``, ``t`` ``[B]`` anchor
             step within its episode.
         """
         w = np.asarray(window_ids, dtype=np.int64)
@@ -272,7 +272,7 @@ class WindowSampler:
             "action": data["action"][act_idx_c],
             "source": source,
             "action_mask": mask,
-            "weight": weight,
+            "sample_weight": weight,
             "episode_id": self.window_episode_ids[w],
             "t": self.anchors[w] - self.ep_begin[w],
         }

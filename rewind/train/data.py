@@ -167,7 +167,8 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
 
 
 def to_torch_batch(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A sampler batch as tensors on ``device``: ``obs`` (dict), ``action``, ``action_mask``, ``weight``.
+    """A sampler batch as tensors on ``device``: ``obs`` (dict), ``action``, ``action_mask``,
+    ``sample_weight``.
 
     Float observations become float32; uint8 images stay uint8 (the policy's encoder scales them).
     """
@@ -183,5 +184,5 @@ def to_torch_batch(batch: dict[str, Any], device: torch.device) -> dict[str, Any
         "obs": {k: tensor(v) for k, v in batch["obs"].items()},
         "action": tensor(batch["action"]),
         "action_mask": tensor(batch["action_mask"]),
-        "weight": tensor(batch["weight"]),
+        "sample_weight": tensor(batch["sample_weight"]),
     }

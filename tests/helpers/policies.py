@@ -56,7 +56,7 @@ def make_batch(seed: int = 0, n: int = B, image: bool = False) -> dict[str, Any]
         "obs": obs,
         "action": 5.0 + 3.0 * torch.randn(n, H, DA, generator=g),
         "action_mask": mask,
-        "weight": torch.tensor([1.0, 2.0, 0.5] * (n // 3) + [1.0] * (n % 3)),
+        "sample_weight": torch.tensor([1.0, 2.0, 0.5] * (n // 3) + [1.0] * (n % 3)),
     }
 
 

@@ -59,7 +59,7 @@ def make_batch(seed: int = 0) -> dict:
         "obs": {"state": torch.randn(B, TO, 7, generator=g)},
         "action": 5.0 + 3.0 * torch.randn(B, H, DA, generator=g),
         "action_mask": mask,
-        "weight": torch.tensor([1.0, 2.0, 0.5]),
+        "sample_weight": torch.tensor([1.0, 2.0, 0.5]),
     }
 
 

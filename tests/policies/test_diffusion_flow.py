@@ -59,8 +59,10 @@ def test_training_loss_is_seeded_and_weighted() -> None:
     batch = make_batch()
     l1 = policy.compute_loss(batch, generator=torch_generator(0))
     assert torch.equal(l1, policy.compute_loss(batch, generator=torch_generator(0)))
-    zero = dict(batch, weight=torch.zeros(B))
+    zero = dict(batch, sample_weight=torch.zeros(B))
     assert policy.compute_loss(zero, generator=torch_generator(0)).item() == 0.0
+    with pytest.raises(ValueError, match="batch key 'weight' is now 'sample_weight'"):  # not ignored silently
+        policy.compute_loss(dict(batch, weight=torch.zeros(B)))
 
 
 def test_nan_observation_raises() -> None:

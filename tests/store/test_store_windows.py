@@ -95,7 +95,8 @@ def test_loss_weights_follow_anchor_source() -> None:
         anchor_src == SOURCE_CODES["recovery"], 4.0, np.where(anchor_src == SOURCE_CODES["demo"], 0.5, 1.0)
     )
     np.testing.assert_array_equal(sampler.window_sample_weights, expected)
-    assert batch["weight"].dtype == np.float32 and set(np.unique(batch["weight"])) <= {0.5, 1.0, 4.0}
+    weight = batch["sample_weight"]
+    assert weight.dtype == np.float32 and set(np.unique(weight)) <= {0.5, 1.0, 4.0}
 
 
 def test_sample_mode_draws_proportionally_to_weight() -> None:
@@ -106,7 +107,7 @@ def test_sample_mode_draws_proportionally_to_weight() -> None:
     batch = sampler.sample(20_000)
     src_at_anchor = batch["source"][:, 1]
     assert not np.any(src_at_anchor == SOURCE_CODES["demo"])
-    np.testing.assert_array_equal(batch["weight"], 1.0)
+    np.testing.assert_array_equal(batch["sample_weight"], 1.0)
     counts = np.bincount(buf.data["source"][sampler.anchors], minlength=4).astype(float)
     expected = counts * np.array([0.0, 1.0, 1.0, 3.0])
     freq = np.bincount(src_at_anchor, minlength=4) / len(src_at_anchor)
@@ -172,6 +173,6 @@ def test_from_store_and_torch_adapters(tmp_path: Path) -> None:
     ref = sampler.get(np.arange(8))
     assert first["obs"]["eef_pos"].shape == (8, 2, 3)
     np.testing.assert_array_equal(first["action"].numpy(), ref["action"])
-    np.testing.assert_array_equal(first["weight"].numpy(), ref["weight"])
+    np.testing.assert_array_equal(first["sample_weight"].numpy(), ref["sample_weight"])
     batches = list(WindowBatches(sampler, batch_size=4, n_batches=3))
     assert len(batches) == 3 and batches[0]["action_mask"].dtype == torch.bool
