@@ -91,10 +91,6 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
-        require(
-            not (self.rollout.workers and self.monitor.enabled),
-            "rollout.workers runs evaluations without a monitor only (for now); use rollout.workers=0",
-        )
         if self.rollout.backend == "ray":
             require(
                 not self.video.episodes,

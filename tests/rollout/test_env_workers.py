@@ -183,8 +183,3 @@ def test_rollout_config_and_start_errors() -> None:
     broken = functools.partial(make_env, "lift", max_steps=-1)
     with pytest.raises(ValueError, match="max_steps must be >= 1; got -1"):  # the worker's error, raised here
         EnvWorkers(broken, 2, 2, start_method="spawn")
-
-
-def test_eval_refuses_workers_with_a_monitor(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="rollout.workers runs evaluations without a monitor only"):
-        _eval_config(tmp_path, tmp_path, 2, monitor={"score": "tide"})

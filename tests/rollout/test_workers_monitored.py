@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from rewind.config import to_dataclass
 from rewind.envs.registry import make_env
+from rewind.eval import EvalConfig, run_eval
 from rewind.monitor import Calibration, Monitor, RewindConfig, build_library, make_score
 from rewind.monitor.checkpoints import CheckpointTracker, StageLabeler
 from rewind.monitor.rollouts import run_monitored
@@ -109,3 +111,44 @@ def test_killed_worker_in_a_monitored_run_commits_no_unfinished_episode(parts: t
     assert committed == []  # no episode had ended: none reaches the store, not even in part
     report = verify_store(tmp_path / "s")
     assert report["ok"] and not report["uncommitted_files"]
+
+
+def test_monitored_eval_with_two_workers_equals_in_process(
+    parts: tuple, tmp_path: Path, tiny_run: dict
+) -> None:
+    loaded = parts[0]
+    cal = tmp_path / "cal"  # a threshold every score crosses: alarms and drive rewinds in every episode
+    Calibration(
+        "tide",
+        0.5,
+        1,
+        1e-12,
+        loaded.weights_hash,
+        score_params={"dims": None},
+        env="lift",
+        n_action_steps=loaded.policy.n_action_steps,
+    ).save(cal)
+    summaries = []
+    for workers in (0, 2):
+        (tmp_path / f"ev{workers}").mkdir()  # the CLI makes out_dir; run_eval writes the rewind plots there
+        node = {
+            "out_dir": str(tmp_path / f"ev{workers}"),
+            "policy_path": str(tiny_run["train"]),
+            "env": {"name": "lift", "max_steps": 16},
+            "episodes": 4,
+            "monitor": {"score": "tide", "calibration": str(cal)},
+            "rewind": {"mode": "drive", "max_rewinds": 2, "drive_max_steps": 5},
+            "rollout": {"workers": workers, "batch_size": 3},
+            "store_out": str(tmp_path / f"store{workers}"),
+            "device": "cpu",
+            "wandb": {"mode": "disabled"},
+            "progress": False,
+        }
+        summaries.append(run_eval(to_dataclass(node, EvalConfig)))
+    here, there = ([dict(r) for r in s["records"]] for s in summaries)
+    for r in (*here, *there):
+        r.pop("monitor_ms", None)
+    assert there == here and any(r["rewinds"] for r in there)
+    assert summaries[1]["monitor"]["rewinds"] == summaries[0]["monitor"]["rewinds"] > 0
+    with ReplayStore.open(tmp_path / "store0") as a, ReplayStore.open(tmp_path / "store2") as b:
+        assert [e.content_sha256 for e in a.episodes()] == [e.content_sha256 for e in b.episodes()]
