@@ -1,0 +1,200 @@
+"""Monitored episodes per second: sequential vs batched (issue 14, item 1), side by side in one run.
+
+The same monitored episodes (TIDE with a checkpoint tracker, ``restore`` rewinds) under three settings,
+interleaved round by round so that a change in the machine's load hits them alike:
+
+* ``sequential``: one env, unpadded inference (what the one-env-at-a-time runner cost);
+* ``sequential_exact``: one env, inference padded to ``--rows`` rows (bit-identical to ``batched``);
+* ``batched``: ``--batch`` envs in lockstep, inference in blocks of ``--rows`` rows.
+
+The policy is a default-size diffusion policy (``configs/policy/diffusion.yaml``: U-Net [32, 64, 128],
+10 DDIM steps, ``n_action_steps`` 8) trained for a few steps on scripted demos (its speed, not its
+skill, matters; pass ``--policy-path`` for real weights), the threshold the ``--quantile`` of a pilot's
+TIDE scores, so that some episodes rewind. ``batched`` and ``sequential_exact`` must give identical
+records (checked). One torch thread, as the monitored commands use.
+
+    MUJOCO_GL=osmesa .venv/bin/python bench/rollout_batched.py --out bench/results/rollout_batched.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import rewind  # noqa: F401, E402  (before mujoco: see rewind/__init__.py)
+from rewind.collect import CollectConfig, run_collect  # noqa: E402
+from rewind.config import to_dataclass  # noqa: E402
+from rewind.envs.config import EnvConfig  # noqa: E402
+from rewind.envs.registry import make_env  # noqa: E402
+from rewind.monitor import Calibration, CheckpointTracker, Monitor, RewindConfig, build_library  # noqa: E402
+from rewind.monitor.checkpoints import make_labeler  # noqa: E402
+from rewind.monitor.factory import MonitorConfig, build_score, score_params  # noqa: E402
+from rewind.monitor.rollouts import run_monitored  # noqa: E402
+from rewind.store import ReplayStore  # noqa: E402
+from rewind.train import TrainConfig, run_train  # noqa: E402
+from rewind.train.policy_api import load_policy  # noqa: E402
+
+log = logging.getLogger("bench")
+
+
+def train_policy(
+    task: str, work: Path, demos: int, steps: int, down_dims: list[int] | None = None
+) -> tuple[Path, Path]:
+    """Scripted demos and a diffusion policy (default size, or U-Net ``down_dims``) trained ``steps``
+    steps on them."""
+    store = work / "demos"
+    run_collect(CollectConfig(out_dir=str(work), env=EnvConfig(name=task), episodes=demos, out=str(store)))
+    node = {
+        "out_dir": str(work / "train"),
+        "env": {"name": task},
+        "data": {"path": str(store), "val_fraction": 0.0},
+        "policy": {"name": "diffusion", **({"down_dims": down_dims} if down_dims else {})},
+        "train": {"steps": steps, "batch_size": 32, "warmup_steps": 1, "save_every": steps, "val_every": 0},
+        "device": "cpu",
+        "num_threads": 1,
+        "wandb": {"mode": "disabled"},
+        "progress": False,
+    }
+    run_train(to_dataclass(node, TrainConfig))
+    return work / "train", store
+
+
+def monitor_parts(args: argparse.Namespace, loaded: Any, store: Path) -> tuple[Monitor, CheckpointTracker]:
+    """TIDE (default settings) thresholded at the ``--quantile`` of a pilot's scores; the tracker of a
+    checkpoint library labelled on the demos."""
+    env = make_env(args.task)
+    with ReplayStore.open(store) as s:
+        demos = [s.load(i.id) for i in s.episodes(success=True)]
+    library = build_library(loaded.policy, demos, env.unwrapped, make_labeler("stage"), loaded.weights_hash)
+    tracker = CheckpointTracker(library)
+    mcfg = MonitorConfig(score="tide")
+    score = build_score("tide", score_params("tide", mcfg, 0), None)
+    pilot = Monitor(score, None)
+    _, traces = run_monitored(env, loaded, pilot, tracker, RewindConfig(), [900, 901], 0, progress=False)
+    env.close()
+    values = [v for t in traces for v in t if v is not None]
+    threshold = float(np.quantile(values, args.quantile))
+    cal = Calibration("tide", mcfg.alpha, len(values), threshold, loaded.weights_hash)
+    return Monitor(score, cal), tracker
+
+
+def run_setting(
+    envs: list[Any], loaded: Any, monitor: Monitor, tracker: Any, seeds: list[int], rows: int
+) -> dict[str, Any]:
+    """The episodes ``seeds`` on ``envs``: wall time, episodes/s, env steps, the records."""
+    start = time.perf_counter()
+    records, _ = run_monitored(
+        envs, loaded, monitor, tracker, RewindConfig(), seeds, 0, progress=False, inference_rows=rows
+    )
+    wall = time.perf_counter() - start
+    steps = sum(r.length for r in records)
+    return {
+        "wall_s": round(wall, 3),
+        "episodes_per_s": round(len(records) / wall, 4),
+        "env_steps_per_s": round(steps / wall, 1),
+        "env_steps": steps,
+        "rewinds": sum(r.rewinds for r in records),
+        "successes": sum(r.success for r in records),
+        "records": [dataclasses.replace(r, monitor_ms=0.0) for r in records],
+    }
+
+
+def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: Any) -> dict[str, Any]:
+    """Every setting once per round on the same seeds, interleaved; records checked equal."""
+    settings = {"sequential": (1, 0), "sequential_exact": (1, args.rows), "batched": (args.batch, args.rows)}
+    envs = [make_env(args.task) for _ in range(args.batch)]
+    rounds: list[dict[str, Any]] = []
+    try:
+        for r in range(args.rounds):
+            seeds = list(range(1000 * (r + 1), 1000 * (r + 1) + args.episodes))
+            row: dict[str, Any] = {"seeds": [seeds[0], seeds[-1]], "load_avg_1min": os.getloadavg()[0]}
+            for name, (batch, rows) in settings.items():
+                row[name] = run_setting(envs[:batch], loaded, monitor, tracker, seeds, rows)
+                log.info("round %d %s: %.3f episodes/s", r, name, row[name]["episodes_per_s"])
+            if row["batched"]["records"] != row["sequential_exact"]["records"]:
+                raise SystemExit("batched and sequential_exact records differ: the equality is broken")
+            row["speedup_vs_sequential"] = round(
+                row["batched"]["episodes_per_s"] / row["sequential"]["episodes_per_s"], 3
+            )
+            for name in settings:
+                row[name].pop("records")
+            rounds.append(row)
+    finally:
+        for env in envs:
+            env.close()
+    summary = {
+        name: {"episodes_per_s_median": statistics.median(x[name]["episodes_per_s"] for x in rounds)}
+        for name in settings
+    }
+    summary["speedup_median"] = statistics.median(x["speedup_vs_sequential"] for x in rounds)
+    summary["records_equal_batched_vs_sequential_exact"] = True
+    return {"rounds": rounds, "summary": summary}
+
+
+def main() -> None:
+    """Parse the arguments, prepare the policy and the monitor, measure, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="pick_place")
+    parser.add_argument("--policy-path", default=None, help="weights to run (default: train a fresh one)")
+    parser.add_argument("--demos-path", default=None, help="the demos of --policy-path (library)")
+    parser.add_argument("--demos", type=int, default=5)
+    parser.add_argument("--train-steps", type=int, default=30)
+    parser.add_argument(
+        "--down-dims", type=int, nargs="+", default=None, help="U-Net widths (default: config)"
+    )
+    parser.add_argument("--episodes", type=int, default=20, help="episodes per setting and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--rows", type=int, default=10)
+    parser.add_argument("--quantile", type=float, default=0.9)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_batched.json"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.policy_path:
+            run, store = Path(args.policy_path), Path(args.demos_path)
+        else:
+            run, store = train_policy(args.task, Path(tmp), args.demos, args.train_steps, args.down_dims)
+        env = make_env(args.task)
+        loaded = load_policy(str(run), env, args.task, torch.device("cpu"))
+        env.close()
+        monitor, tracker = monitor_parts(args, loaded, store)
+        result = measure(args, loaded, monitor, tracker)
+    result["meta"] = {
+        "task": args.task,
+        "policy": f"diffusion U-Net {list(loaded.policy.config.down_dims)}, "
+        f"{loaded.policy.config.inference_steps} {loaded.policy.config.scheduler} steps, "
+        f"n_action_steps {loaded.policy.n_action_steps}",
+        "policy_path": args.policy_path or f"fresh, {args.train_steps} training steps",
+        "episodes_per_round": args.episodes,
+        "batch": args.batch,
+        "inference_rows": args.rows,
+        "threshold": monitor.threshold(0),
+        "torch_threads": 1,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "note": "shared machine: other jobs ran during the measurement (load_avg_1min per round)",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    log.info("summary: %s", json.dumps(result["summary"]))
+
+
+if __name__ == "__main__":
+    main()
