@@ -58,7 +58,7 @@ class EvalConfig(CommandConfig):
         wandb: W&B logging of the results (``metrics.jsonl`` is always written).
         progress: show a progress bar.
         monitor: failure monitor (Hydra group ``monitor=none|tide|...``; ``monitor.calibration=FOLDER``
-            from ``rewind-calibrate``). With a monitor, episodes run one env at a time.
+            from ``rewind-calibrate``). With a monitor, ``rollout.batch_size`` episodes run in lockstep.
         rewind: what an alarm does (Hydra group ``rewind=restore|drive``; ``rewind.max_rewinds``).
         rollout: ``rollout.workers=N`` steps the envs in ``N`` worker processes (0: in this
             process), the policy batched here; the records are the same (``docs/rollouts.md``).
