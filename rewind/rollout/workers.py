@@ -34,13 +34,13 @@ from rewind.config import check_choice, check_range, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.envs.wrappers import PerturbationConfig, apply_perturbations
 from rewind.rollout.pool import StepOutcome, rejected
+from rewind.rollout.proxies import RemoteTask, WorkerEnv
 from rewind.rollout.ray_backend import RayOptions
 from rewind.rollout.worker_loop import Sync, serve
 from rewind.rollout.workers_io import (
     Resources,
     check_factory,
     death_cause,
-    freeze,
     main_hidden,
     seeds_text,
     start_context,
@@ -116,7 +116,7 @@ class EnvFactory:
         return apply_perturbations(build_env(self.env), self.perturbation)
 
 
-class EnvWorkers(Sequence["WorkerEnv"]):
+class EnvWorkers(Sequence[WorkerEnv]):
     """``num_envs`` envs built by ``factory`` in ``workers`` subprocesses; a sequence of proxies.
 
     Args:
@@ -203,7 +203,7 @@ class EnvWorkers(Sequence["WorkerEnv"]):
     def __iter__(self) -> Iterator[WorkerEnv]:
         return iter(self._envs)
 
-    # ------------------------------------------------------------------ the calls
+    # ------------------------------------------------------------------ the calls (``g``: env index)
     def step_many(
         self, envs: Sequence[Any], indices: Sequence[int], actions: Sequence[np.ndarray]
     ) -> list[StepOutcome]:
@@ -212,9 +212,9 @@ class EnvWorkers(Sequence["WorkerEnv"]):
         if len(indices) != len(actions):
             raise ValueError(f"step_many: {len(indices)} indices but {len(actions)} actions")
         ids = [self._own(envs[i]) for i in indices]
-        raw = self._step(ids, actions)
+        raw = self.step_envs(ids, actions)
         return [
-            rejected(r[1]) if r[0] == "rejected" else self._outcome(g, r)
+            rejected(r[1]) if r[0] == "rejected" else self.outcome(g, r)
             for g, r in zip(ids, raw, strict=True)
         ]
 
@@ -223,7 +223,7 @@ class EnvWorkers(Sequence["WorkerEnv"]):
             raise ValueError(f"step_many: {type(env).__name__} is not an env of this worker pool")
         return env.index
 
-    def _step(self, ids: list[int], actions: Sequence[Any]) -> list[tuple]:
+    def step_envs(self, ids: list[int], actions: Sequence[Any]) -> list[tuple]:
         """Raw worker replies for stepping envs ``ids`` (pool indices) with ``actions``, in order."""
         self._check_open()
         if len(set(ids)) != len(ids):
@@ -242,21 +242,24 @@ class EnvWorkers(Sequence["WorkerEnv"]):
         cursors = {w: iter(r) for w, r in replies.items()}
         return [next(cursors[self._owner[g]]) for g in ids]
 
-    def _outcome(self, g: int, reply: tuple) -> StepOutcome:
+    def outcome(self, g: int, reply: tuple) -> StepOutcome:
+        """The ``step_many`` row of env ``g`` from its worker's raw reply (not a rejected one)."""
         reward, terminated, truncated, info, sync = reply
         return self._read(g, sync), float(reward), bool(terminated), bool(truncated), info
 
-    def _reset(self, g: int, seed: int | None, options: dict | None) -> tuple[dict[str, np.ndarray], dict]:
+    def reset_env(self, g: int, seed: int | None, options: dict | None) -> tuple[dict[str, np.ndarray], dict]:
+        """``reset`` env ``g`` (its seed is what a death message names until the next reset)."""
         self._seeds[g] = seed
         w = self._owner[g]
         reply = self._exchange({w: ("reset", [(g, seed, options)])}, lambda w: f"resetting seed {seed}")
         info, sync = reply[w][0]
         return self._read(g, sync), info  # type: ignore[return-value]
 
-    def _call(self, g: int, target: str, name: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, g: int, target: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call method ``name`` of env ``g``'s ``target`` (``env``, ``unwrapped`` or ``wrapper``)."""
         return self._request(g, target, name, args, kwargs)
 
-    def _attr(self, g: int, target: str, name: str) -> Any:
+    def attr(self, g: int, target: str, name: str) -> Any:
         """Attribute ``name`` of env ``g``'s ``target``: a method comes back as a callable proxy."""
         if (target, name) not in self._methods:
             kind, value = self._request(g, target, name, None, None)
@@ -273,15 +276,17 @@ class EnvWorkers(Sequence["WorkerEnv"]):
         self._read(g, sync)
         return value
 
-    def _physics_state(self, g: int) -> np.ndarray:
+    def physics_state(self, g: int) -> np.ndarray:
+        """Env ``g``'s flat physics state, as its last command left it in shared memory (a copy)."""
         view = self._res.views[g].state if self._res.views else None
         if view is None or self.closed:
-            return self._call(g, "unwrapped", "physics_state")
+            return self.call(g, "unwrapped", "physics_state")
         return view.copy()
 
-    def _elapsed_steps(self, g: int) -> int:
+    def elapsed_steps(self, g: int) -> int:
+        """Env ``g``'s control steps in the episode, as its last reply said."""
         if self._elapsed[g] is None:
-            return self._attr(g, "unwrapped", "elapsed_steps")
+            return self.attr(g, "unwrapped", "elapsed_steps")
         return int(self._elapsed[g])  # type: ignore[arg-type]
 
     def _read(self, g: int, sync: Sync) -> dict[str, np.ndarray] | None:
@@ -344,80 +349,6 @@ class EnvWorkers(Sequence["WorkerEnv"]):
         log.error("%s", message)
         self.close()
         raise WorkerError(message)
-
-
-class WorkerEnv:
-    """One env of an :class:`EnvWorkers` pool, in its worker process; stands in for the env.
-
-    ``close()`` does nothing (the pool closes its workers). ``worker_pool`` is how
-    :func:`rewind.rollout.pool.step_many` finds the pool that steps a batch of proxies together.
-    """
-
-    def __init__(self, pool: EnvWorkers, index: int) -> None:
-        self.worker_pool, self.index = pool, index
-        self._task = RemoteTask(pool, index)
-
-    observation_space = property(lambda self: self.worker_pool.observation_space)
-    action_space = property(lambda self: self.worker_pool.action_space)
-    metadata = property(lambda self: self.worker_pool.metadata)
-    render_mode = property(lambda self: self.worker_pool.render_mode)
-
-    @property
-    def unwrapped(self) -> RemoteTask:
-        """The task env in the worker (its methods are called there)."""
-        return self._task
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        """``env.reset`` in the worker."""
-        return self.worker_pool._reset(self.index, seed, options)
-
-    def step(self, action: np.ndarray) -> StepOutcome:
-        """``env.step`` in the worker (a rejected action raises its ``ActionError`` here)."""
-        (reply,) = self.worker_pool._step([self.index], [action])
-        if reply[0] == "rejected":
-            raise reply[1]
-        return self.worker_pool._outcome(self.index, reply)
-
-    def snapshot(self) -> Any:
-        """``snapshot()`` of the env's outermost layer that has one (its arrays read-only here too)."""
-        return freeze(self.worker_pool._call(self.index, "wrapper", "snapshot"))
-
-    def restore(self, snap: Any) -> None:
-        """``restore(snap)`` on the env's outermost layer that has one."""
-        self.worker_pool._call(self.index, "wrapper", "restore", snap)
-
-    def render(self) -> Any:
-        """``env.render()`` in the worker (set ``MUJOCO_GL`` before the pool starts)."""
-        return self.worker_pool._call(self.index, "env", "render")
-
-    def get_wrapper_attr(self, name: str) -> Any:
-        """``env.get_wrapper_attr(name)`` (a method comes back as a callable proxy)."""
-        return self.worker_pool._attr(self.index, "wrapper", name)
-
-    def close(self) -> None:
-        """Nothing: the pool owns the worker."""
-
-
-class RemoteTask:
-    """``env.unwrapped`` of a :class:`WorkerEnv`: attributes are read, and methods called, in the worker;
-    ``physics_state()`` and ``elapsed_steps`` come from what the last command left in shared memory."""
-
-    def __init__(self, pool: EnvWorkers, index: int) -> None:
-        self._pool, self._index = pool, index
-
-    def physics_state(self) -> np.ndarray:
-        """The task env's flat physics state (a copy)."""
-        return self._pool._physics_state(self._index)
-
-    @property
-    def elapsed_steps(self) -> int:
-        """Control steps taken in the episode."""
-        return self._pool._elapsed_steps(self._index)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return self._pool._attr(self._index, "unwrapped", name)
 
 
 @contextlib.contextmanager
