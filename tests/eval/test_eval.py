@@ -6,32 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.train import collect_lift_store, run_cli, train_config
+from helpers.train import run_cli
 
 from rewind.config import ConfigError, to_dataclass
 from rewind.eval import EvalConfig, run_eval
 from rewind.metrics import read_metrics
 from rewind.scripts.eval import main as eval_main
 from rewind.store import ReplayStore
-from rewind.train import run_train
 from rewind.train.policy_api import resolve_weights
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny diffusion policy trained for 10 steps on 4 Lift demos."""
-    root = tmp_path_factory.mktemp("eval")
-    store = collect_lift_store(root / "demos" / "store")
-    short = {
-        "steps": 10,
-        "batch_size": 8,
-        "warmup_steps": 2,
-        "save_every": 5,
-        "val_every": 10,
-        "log_every": 5,
-    }
-    run_train(train_config(root / "run", store, train=short))
-    return root / "run"
+@pytest.fixture()
+def run_dir(tiny_run: dict[str, Path]) -> Path:
+    """The session's tiny diffusion policy (4 Lift demos, 30 steps, weights saved at 10, 20 and 30); the
+    tests only read it."""
+    return tiny_run["train"]
 
 
 def _eval_config(out: Path, policy_path: Path, **overrides: object) -> EvalConfig:
@@ -90,10 +79,10 @@ def test_weights_for_another_env_layout_fail_clearly(
 
 
 def test_policy_path_forms_and_bad_profiles(tmp_path: Path, run_dir: Path) -> None:
-    newest = run_dir / "weights" / "step_000010"
+    newest = run_dir / "weights" / "step_000030"
     assert resolve_weights(str(run_dir)) == newest
     assert resolve_weights(str(run_dir / "weights")) == newest
-    assert resolve_weights(str(run_dir / "weights" / "step_000005")) == run_dir / "weights" / "step_000005"
+    assert resolve_weights(str(run_dir / "weights" / "step_000010")) == run_dir / "weights" / "step_000010"
     with pytest.raises(ConfigError, match="^policy_path does not exist: .*nope$"):
         resolve_weights(str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match="^init.from_weights does not exist"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.train import TINY_TRAIN, collect_lift_store, train_args, train_config
+from helpers.train import TINY_TRAIN, train_args, train_config
 from safetensors.torch import load_file
 
 from rewind.metrics import read_metrics
@@ -69,10 +69,10 @@ def _tensors(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A 4-demo store and an uninterrupted 2-process run of STEPS steps on it."""
+def reference(tmp_path_factory: pytest.TempPathFactory, tiny_run: dict[str, Path]) -> dict[str, Path]:
+    """The session's 4-demo store and an uninterrupted 2-process run of STEPS steps on it."""
     root = tmp_path_factory.mktemp("ddp")
-    store = collect_lift_store(root / "store")
+    store = tiny_run["store"]
     code, out = _finish(_torchrun(root / "run", store, root / "logs"))
     assert code == 0, out[-3000:]
     return {"store": store, "run": root / "run", "logs": root / "logs"}

@@ -1,11 +1,12 @@
 """Hostile policy-weights folders and training states: every tampering is refused in one line.
 
 A real 4-demo Lift store and a real tiny diffusion run (``weights/step_000010..30`` and the training
-state of step 30) are made once; each case copies them, tampers with one thing and checks the error
-type (:class:`PolicyWeightsError` / :class:`TrainingStateError`, both one-line user errors for the
-commands) and that the message names the file and the problem. Then: a resume over a corrupted
-optimizer file keeps the last good state, the commands report both kinds in one line (exit status 2),
-and a non-finite loss stops training naming the step while the last good weights and state stay.
+state of step 30: the session's ``tiny_run``) are made once; each case copies them, tampers with one
+thing and checks the error type (:class:`PolicyWeightsError` / :class:`TrainingStateError`, both
+one-line user errors for the commands) and that the message names the file and the problem. Then: a
+resume over a corrupted optimizer file keeps the last good state, the commands report both kinds in
+one line (exit status 2), and a non-finite loss stops training naming the step while the last good
+weights and state stay.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers.train import TINY_TRAIN, run_cli, train_args, train_config, train_tiny_policy
+from helpers.train import TINY_TRAIN, run_cli, train_args, train_config
 from safetensors.torch import load_file, save_file
 
 from rewind.cli.app import is_user_error
@@ -47,10 +48,11 @@ RESUME_TRAIN = {**TINY_TRAIN, "steps": 40}
 OBS_KEY = "eef_pos"
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``store``, ``train`` (a finished 30-step run) and ``root``."""
-    return train_tiny_policy(tmp_path_factory.mktemp("hostile"))
+@pytest.fixture()
+def made(tiny_run: dict[str, Path]) -> dict[str, Path]:
+    """The session's tiny run: ``store``, ``train`` (a finished 30-step run) and ``root``. Cases copy
+    what they tamper with; the run itself is only read."""
+    return tiny_run
 
 
 def _error_line(err: str, prog: str) -> str:

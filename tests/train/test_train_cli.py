@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.train import collect_lift_store, run_cli, train_args
+from helpers.train import run_cli, train_args
 
 from rewind.metrics import read_metrics
 from rewind.scripts.eval import main as eval_main
@@ -35,9 +35,10 @@ EVAL_FIELDS = {
 RECORD_FIELDS = {"seed", "success", "length", "last_stage", "max_stage", "sim_error"}
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return collect_lift_store(tmp_path_factory.mktemp("demos") / "store")
+@pytest.fixture()
+def store(tiny_run: dict[str, Path]) -> Path:
+    """The session's 4 Lift demos (only read)."""
+    return tiny_run["store"]
 
 
 @pytest.mark.parametrize("policy", ["diffusion", "flow", "act"])

@@ -8,23 +8,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.train import collect_lift_store, train_config
+from helpers.train import train_config
 
 from rewind.config import ConfigError
 from rewind.store import SOURCE_CODES, ReplayStore
 from rewind.train import run_train
 from rewind.train.data import MixedSampler, load_data
+from rewind.train.policy_api import resolve_weights
 from rewind.train.trainer import Trainer, resume_signature
 
 SHORT = {"steps": 10, "batch_size": 8, "warmup_steps": 2, "save_every": 10, "val_every": 0, "log_every": 5}
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Store ``a`` (4 Lift demos) and store ``b`` (the same episodes relabelled ``correction``, actions
-    scaled so that its statistics differ), plus a parent run trained on ``a``."""
+def stores(tmp_path_factory: pytest.TempPathFactory, tiny_run: dict[str, Path]) -> dict[str, Path]:
+    """Store ``a`` (the session's 4 Lift demos) and store ``b`` (the same episodes relabelled
+    ``correction``, actions scaled so that its statistics differ), plus the parent run trained on ``a``
+    (the session's tiny run; only read)."""
     root = tmp_path_factory.mktemp("init_mix")
-    a = collect_lift_store(root / "a")
+    a = tiny_run["store"]
     with ReplayStore.open(a) as src, ReplayStore.create(root / "b", src.spec) as dst:
         for info in src.episodes():
             ep = src.load(info.id)
@@ -35,10 +37,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 ["correction"] * info.length,
                 meta={"seed": info.seed, "success": True},
             )
-    torch_threads = torch.get_num_threads()
-    run_train(train_config(root / "parent", a, train=SHORT))
-    torch.set_num_threads(torch_threads)
-    return {"a": a, "b": root / "b", "parent": root / "parent"}
+    return {"a": a, "b": root / "b", "parent": tiny_run["train"]}
 
 
 def _trainer(out: Path, store: Path, **overrides: object) -> Trainer:
@@ -48,10 +47,11 @@ def _trainer(out: Path, store: Path, **overrides: object) -> Trainer:
         return Trainer(cfg)
 
 
-def _parent_state(parent: Path) -> dict[str, torch.Tensor]:
+def _parent_state(run: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``run``'s newest policy weights."""
     from safetensors.torch import load_file
 
-    return load_file(str(parent / "weights" / "step_000010" / "model.safetensors"))
+    return load_file(str(resolve_weights(str(run)) / "model.safetensors"))
 
 
 def test_init_loads_the_weights_and_keeps_their_normalizer(tmp_path: Path, stores: dict[str, Path]) -> None:
@@ -59,7 +59,7 @@ def test_init_loads_the_weights_and_keeps_their_normalizer(tmp_path: Path, store
     t = _trainer(tmp_path / "ft", stores["b"], init={"from_weights": str(stores["parent"])})
     state = t.policy.state_dict()
     assert all(torch.equal(state[k], parent[k]) for k in parent)
-    assert t.init_info["init_from"].endswith("weights/step_000010") and t.init_info["init_load_weights"]
+    assert t.init_info["init_from"].endswith("weights/step_000030") and t.init_info["init_load_weights"]
 
     refit = _trainer(
         tmp_path / "refit", stores["b"], init={"from_weights": str(stores["parent"]), "normalizer": "refit"}
@@ -90,7 +90,7 @@ def test_init_lineage_in_the_saved_weights(tmp_path: Path, stores: dict[str, Pat
         train_config(out, stores["a"], train=SHORT, data=data, init={"from_weights": str(stores["parent"])})
     )
     extra = json.loads((out / "weights" / "step_000010" / "config.json").read_text())["extra"]
-    assert extra["init_from"].endswith("step_000010") and len(extra["init_weights_sha256"]) == 64
+    assert extra["init_from"].endswith("step_000030") and len(extra["init_weights_sha256"]) == 64
     assert set(extra["stores"]) == {str(stores["a"]), str(stores["b"])}
     assert sorted(extra["stores"][str(stores["b"])]["train"] + extra["stores"][str(stores["b"])]["val"]) == [
         0,
@@ -109,7 +109,7 @@ def test_init_accepts_weights_saved_before_a_config_field_existed(
     import shutil
 
     old = tmp_path / "old_weights"
-    shutil.copytree(stores["parent"] / "weights" / "step_000010", old)
+    shutil.copytree(stores["parent"] / "weights" / "step_000030", old)
     meta = json.loads((old / "config.json").read_text())
     del meta["config"]["obs_clip"]
     (old / "config.json").write_text(json.dumps(meta))

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.train import collect_lift_store, train_args, train_config
+from helpers.train import train_args, train_config
 
 from rewind.policies.io import load_policy_weights
 from rewind.train import run_train
@@ -30,8 +30,10 @@ def _wait_for_step(run: Path, proc: subprocess.Popen, step: int, timeout: float 
     pytest.fail(f"the training process did not reach step {step} (exit code {proc.poll()})")
 
 
-def test_sigkill_leaves_a_complete_save_and_resume_finishes(tmp_path: Path) -> None:
-    store = collect_lift_store(tmp_path / "demos" / "store")
+def test_sigkill_leaves_a_complete_save_and_resume_finishes(
+    tmp_path: Path, tiny_run: dict[str, Path]
+) -> None:
+    store = tiny_run["store"]
     run = tmp_path / "run"
     args = [a for a in train_args(run, store) if not a.startswith(("train.steps", "train.save_every"))]
     code = "import sys; from rewind.scripts.train import main; main(sys.argv[1:])"

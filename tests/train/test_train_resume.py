@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.train import collect_lift_store, train_config
+from helpers.train import train_config
 from safetensors.torch import load_file
 
 from rewind.config import ConfigError
@@ -24,9 +24,10 @@ RESUME_TRAIN = {
 }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return collect_lift_store(tmp_path_factory.mktemp("demos") / "store")
+@pytest.fixture()
+def store(tiny_run: dict[str, Path]) -> Path:
+    """The session's 4 Lift demos (only read)."""
+    return tiny_run["store"]
 
 
 def _tensors(run: Path, rel: str) -> dict[str, torch.Tensor]:

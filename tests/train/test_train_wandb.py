@@ -5,16 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.train import collect_lift_store, train_config
+from helpers.train import train_config
 
 from rewind.metrics import read_metrics
 from rewind.train import run_train
 
 
-def test_offline_mode_writes_a_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_mode_writes_a_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_run: dict[str, Path]
+) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    store = collect_lift_store(tmp_path / "demos" / "store")
+    store = tiny_run["store"]
     short = {"steps": 4, "batch_size": 4, "warmup_steps": 1, "save_every": 4, "val_every": 4, "log_every": 2}
     run = tmp_path / "run"
     run_train(train_config(run, store, train=short, wandb={"mode": "offline", "project": "rewind-test"}))
