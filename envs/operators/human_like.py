@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rewind.config import require
+from rewind.config import check_choice, require
 from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, TaskEnv
 from rewind.envs.core.mjcf import FINGER_STROKE, N_SUBSTEPS, TIMESTEP
 from rewind.envs.operators.base import Operator
@@ -89,24 +89,30 @@ class OperatorModelConfig:
     overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        require(self.name in OPERATOR_MODELS,
-                f"recovery.operator_model.name must be one of [{', '.join(OPERATOR_MODELS)}]; got '{self.name}'")  # fmt: skip
-        for key in ("reaction_s", "noise_near", "noise_far", "give_up_s", "botch_rate_near", "botch_rate_far",
-                    "botch_s", "overhead_s"):  # fmt: skip
-            require(
-                getattr(self, key) >= 0,
-                f"recovery.operator_model.{key} must be >= 0; got {getattr(self, key)}",
-            )
+        check_choice("recovery.operator_model.name", self.name, OPERATOR_MODELS)
+        for key in (
+            "reaction_s",
+            "noise_near",
+            "noise_far",
+            "give_up_s",
+            "botch_rate_near",
+            "botch_rate_far",
+            "botch_s",
+            "overhead_s",
+        ):
+            value = getattr(self, key)
+            require(value >= 0, f"recovery.operator_model.{key} must be >= 0; got {value}")  # nan fails too
         for key in ("speed_near", "speed_far", "yaw_rate_near", "yaw_rate_far"):
-            require(
-                getattr(self, key) > 0, f"recovery.operator_model.{key} must be > 0; got {getattr(self, key)}"
-            )
+            value = getattr(self, key)
+            require(value > 0, f"recovery.operator_model.{key} must be > 0; got {value}")
         for key in ("give_up_near", "give_up_far"):
-            require(0 <= getattr(self, key) <= 1,
-                    f"recovery.operator_model.{key} must be in [0, 1]; got {getattr(self, key)}")  # fmt: skip
+            value = getattr(self, key)
+            require(0 <= value <= 1, f"recovery.operator_model.{key} must be in [0, 1]; got {value}")
         require(self.far_ratio > 1, f"recovery.operator_model.far_ratio must be > 1; got {self.far_ratio}")
-        require(0 < self.ref_quantile <= 1,
-                f"recovery.operator_model.ref_quantile must be in (0, 1]; got {self.ref_quantile}")  # fmt: skip
+        require(
+            0 < self.ref_quantile <= 1,
+            f"recovery.operator_model.ref_quantile must be in (0, 1]; got {self.ref_quantile}",
+        )
 
     def steps(self, seconds: float) -> int:
         """``seconds`` of operator time as control steps (rounded)."""
@@ -131,8 +137,16 @@ class DemoDistance:
         seed: seeds the sampling of those states.
     """
 
-    def __init__(self, states: np.ndarray, episode: np.ndarray, keys: Sequence[str], quantile: float = 0.5,
-                 folds: int = 5, max_queries: int = 2000, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        states: np.ndarray,
+        episode: np.ndarray,
+        keys: Sequence[str],
+        quantile: float = 0.5,
+        folds: int = 5,
+        max_queries: int = 2000,
+        seed: int = 0,
+    ) -> None:
         states = np.asarray(states, dtype=np.float64)
         episode = np.asarray(episode)
         n_eps = len(np.unique(episode))
@@ -149,8 +163,9 @@ class DemoDistance:
         self.reference = self._reference(episode, quantile, folds, max_queries, np.random.default_rng(seed))
 
     @classmethod
-    def from_store(cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.5,
-                   seed: int = 0) -> DemoDistance:  # fmt: skip
+    def from_store(
+        cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.5, seed: int = 0
+    ) -> DemoDistance:
         """Every step of every episode of the store at ``path`` (``keys``: default all non-image keys)."""
         with ReplayStore.open(path) as store:
             keys = list(keys) if keys else [k for k in store.spec.obs if not store.spec.is_image(k)]
@@ -175,8 +190,9 @@ class DemoDistance:
             out[s : s + 256] = np.sqrt(np.maximum(d2.min(1), 0.0))
         return out
 
-    def _reference(self, episode: np.ndarray, quantile: float, folds: int, max_queries: int,
-                   rng: np.random.Generator) -> float:  # fmt: skip
+    def _reference(
+        self, episode: np.ndarray, quantile: float, folds: int, max_queries: int, rng: np.random.Generator
+    ) -> float:
         """The ``quantile`` of held-out episodes' nearest distances to the other episodes."""
         ids = rng.permutation(np.unique(episode))
         dists = []
@@ -204,8 +220,12 @@ class DemoDistance:
 
     def describe(self) -> dict[str, Any]:
         """What the distance was built from (recorded with the round)."""
-        return {"states": len(self.x), "dims": int(self.x.shape[1]), "keys": self.keys,
-                "reference": round(self.reference, 6)}  # fmt: skip
+        return {
+            "states": len(self.x),
+            "dims": int(self.x.shape[1]),
+            "keys": self.keys,
+            "reference": round(self.reference, 6),
+        }
 
 
 def hold_action(env: TaskEnv) -> np.ndarray:
@@ -232,8 +252,11 @@ class HumanLikeStats:
         """The counts plus the mean and max distance ratio at the takeovers' first decisions."""
         d = {k: v for k, v in asdict(self).items() if k != "ratios"}
         r = np.asarray(self.ratios)
-        return {**d, "ratio_mean": round(float(r.mean()), 4) if r.size else None,
-                "ratio_max": round(float(r.max()), 4) if r.size else None}  # fmt: skip
+        return {
+            **d,
+            "ratio_mean": round(float(r.mean()), 4) if r.size else None,
+            "ratio_max": round(float(r.max()), 4) if r.size else None,
+        }
 
 
 class HumanLikeOperator(Operator):
