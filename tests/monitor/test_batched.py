@@ -172,10 +172,13 @@ def test_rewind_eval_with_a_monitor_gives_the_same_records_for_any_batch_size(
 
 
 def test_scored_rollouts_of_monitor_eval_do_not_depend_on_the_batch(parts) -> None:
+    """With STAC the policy samples 3 chunks per inference (per-row noise of S > 1 samples)."""
     loaded, _, _ = parts
     runs = []
     for batch in (1, 4):
-        scores = ScoreSet([make_score("tide"), make_score("random", seed=3)])
+        scores = ScoreSet(
+            [make_score("tide"), make_score("stac", num_samples=3), make_score("random", seed=3)]
+        )
         envs = _envs(batch)
         try:
             eps = scored_rollouts(envs, loaded.policy, scores, SEEDS[:5], 11, snapshot_every=8)
@@ -186,3 +189,35 @@ def test_scored_rollouts_of_monitor_eval_do_not_depend_on_the_batch(parts) -> No
         runs.append([(e.seed, e.success, e.length, e.traces, [s for s, _ in e.snapshots]) for e in eps])
     assert runs[0] == runs[1]
     assert runs[0][0][3]["random"] != runs[0][1][3]["random"]  # each episode its own random stream
+
+
+def test_act_with_temporal_ensembling_infers_every_step_batched(tiny_run, tmp_path) -> None:
+    """A policy that needs a chunk at every step (ACT's temporal ensemble, its state per episode)."""
+    from helpers.train import train_config
+
+    from rewind.train import run_train
+
+    threads = torch.get_num_threads()
+    cfg = train_config(tmp_path / "act", tiny_run["store"], "act")
+    cfg.policy.update(n_action_steps=1, temporal_ensemble_coeff=0.1)
+    try:
+        run_train(cfg)
+    finally:
+        torch.set_num_threads(threads)
+    env = make_env("lift", max_steps=MAX_STEPS)
+    loaded = load_policy(str(tmp_path / "act"), env, "lift", torch.device("cpu"))
+    env.close()
+    monitor = Monitor(make_score("tide"), Calibration("tide", 0.5, 1, 1e-4, loaded.weights_hash))
+    runs = []
+    for batch in (1, 4):
+        envs = _envs(batch)
+        try:
+            records, traces = run_monitored(
+                envs, loaded, monitor, None, RewindConfig(max_rewinds=1), SEEDS[:5], 3, progress=False
+            )
+        finally:
+            for e in envs:
+                e.close()
+        runs.append(([dataclasses.replace(r, monitor_ms=0.0) for r in records], traces))
+    assert runs[0] == runs[1]
+    assert sum(t is not None for t in runs[0][1][0]) > MAX_STEPS // 2  # a score at (nearly) every step
