@@ -158,9 +158,8 @@ def sharded_rollouts(
             traces.extend(res.traces)
             bar.update(len(res.records))
 
-        restarts = run_sharded(EvalJob(cfg), units, options, on_result)
-    info = {"backend": "ray", "address": options.address, "actors": options.actors, "restarts": restarts}
-    return records, traces, info
+        counts = run_sharded(EvalJob(cfg), units, options, on_result)
+    return records, traces, {"backend": "ray", "address": options.address, "units": len(units), **counts}
 
 
 def ray_rollouts(

@@ -287,8 +287,8 @@ class RayShards:
 
 def run_sharded(
     job: ShardJob, units: Sequence[Sequence[int]], options: RayOptions, on_result: Callable[[int, Any], None]
-) -> int:
-    """:meth:`RayShards.run` in a session of its own; returns the number of actors restarted."""
+) -> dict[str, int]:
+    """:meth:`RayShards.run` in a session of its own; returns the actors started and restarted."""
     with RayShards(job, options) as shards:
         shards.run(units, on_result)
-        return shards.restarts
+        return {"actors": len(shards.actors), "restarts": shards.restarts}
