@@ -11,7 +11,8 @@ The policy is a default-size diffusion policy (``configs/policy/diffusion.yaml``
 10 DDIM steps, ``n_action_steps`` 8) trained for a few steps on scripted demos (its speed, not its
 skill, matters; pass ``--policy-path`` for real weights), the threshold the ``--quantile`` of a pilot's
 TIDE scores, so that some episodes rewind. ``batched`` and ``sequential_exact`` must give identical
-records (checked). One torch thread, as the monitored commands use.
+records (checked). One torch thread, as the monitored commands use. ``summary.inference_ms_min``: the
+fastest ``predict_chunk`` on 1 row and on ``--rows`` rows (what bounds the batched speedup).
 
     MUJOCO_GL=osmesa .venv/bin/python bench/rollout_batched.py --out bench/results/rollout_batched.json
 """
@@ -44,6 +45,7 @@ from rewind.monitor import Calibration, CheckpointTracker, Monitor, RewindConfig
 from rewind.monitor.checkpoints import make_labeler  # noqa: E402
 from rewind.monitor.factory import MonitorConfig, build_score, score_params  # noqa: E402
 from rewind.monitor.rollouts import run_monitored  # noqa: E402
+from rewind.policies.noise import NoiseStream, RowGenerators  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
 from rewind.train import TrainConfig, run_train  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
@@ -113,6 +115,30 @@ def run_setting(
     }
 
 
+def inference_ms(task: str, loaded: Any, rows: int, reps: int = 15) -> dict[str, float]:
+    """Fastest of ``reps`` ``predict_chunk`` calls on 1 and on ``rows`` rows (a real window): how much
+    of a batched inference's cost is per call and how much per row."""
+    env = make_env(task)
+    obs, _ = env.reset(seed=0)
+    env.close()
+    policy = loaded.policy
+    one = {
+        k: torch.as_tensor(np.stack([obs[k]] * policy.n_obs_steps))[None].float()
+        for k in policy.used_obs_keys
+    }
+    out = {}
+    for n in (1, rows):
+        window = {k: v.repeat(n, *([1] * (v.dim() - 1))) for k, v in one.items()}
+        streams = RowGenerators([NoiseStream(torch.Generator().manual_seed(i)) for i in range(n)])
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            policy.predict_chunk(window, 1, streams)
+            times.append(time.perf_counter() - start)
+        out[f"rows_{n}"] = round(1e3 * min(times), 2)
+    return out
+
+
 def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: Any) -> dict[str, Any]:
     """Every setting once per round on the same seeds, interleaved; records checked equal."""
     settings = {"sequential": (1, 0), "sequential_exact": (1, args.rows), "batched": (args.batch, args.rows)}
@@ -175,6 +201,7 @@ def main() -> None:
         env.close()
         monitor, tracker = monitor_parts(args, loaded, store)
         result = measure(args, loaded, monitor, tracker)
+        result["summary"]["inference_ms_min"] = inference_ms(args.task, loaded, args.rows)
     result["meta"] = {
         "task": args.task,
         "policy": f"diffusion U-Net {list(loaded.policy.config.down_dims)}, "

@@ -193,11 +193,12 @@ class BatchedMonitoredRunner:
         ns = waiting[0].ep.num_samples
         for first in range(0, len(waiting), size):
             group = waiting[first : first + size]
+            windows = [s.window for s in group if s.window is not None]
+            streams = [s.ep.noise for s in group if s.ep.noise is not None]
             pad = size - len(group)
-            keys = list(group[0].window or {})
-            batch = {k: torch.cat([s.window[k] for s in group] + [group[0].window[k]] * pad) for k in keys}  # type: ignore[index]
-            streams = [s.ep.noise for s in group] + [self._pad_stream] * pad
-            samples = self.policy.predict_chunk(batch, ns, RowGenerators(streams))  # type: ignore[arg-type]
+            batch = {k: torch.cat([w[k] for w in windows] + [windows[0][k]] * pad) for k in windows[0]}
+            rows = RowGenerators(streams + [self._pad_stream] * pad)
+            samples = self.policy.predict_chunk(batch, ns, rows)  # type: ignore[arg-type]
             for row, slot in enumerate(group):
                 with self._policy_of(slot):
                     self.policy.accept_chunk(samples[row : row + 1])
@@ -207,11 +208,12 @@ class BatchedMonitoredRunner:
     def _after(self, slot: EpisodeSlot, outcome: StepOutcome) -> None:
         """The env stepped ``slot``'s action: monitor, tracker, rewinds, end of the episode."""
         ep, action, before = slot.ep, slot.action, slot.pending
+        assert action is not None and before is not None
         slot.action, slot.pending = None, None
         if slot.plan is not None:
-            ep.drive_step_done(slot.plan, ep.after_step(before, action, "recovery", outcome))  # type: ignore[arg-type]
+            ep.drive_step_done(slot.plan, ep.after_step(before, action, "recovery", outcome))
             return
-        res: StepResult = ep.after_step(before, action, "policy", outcome)  # type: ignore[arg-type]
+        res: StepResult = ep.after_step(before, action, "policy", outcome)
         with self._policy_of(slot):
             ep.observe_policy_step(res)
             if ep.wants_rewind(res):
@@ -224,8 +226,9 @@ class BatchedMonitoredRunner:
             self._finish(slot)
 
     def _end_rewind(self, slot: EpisodeSlot) -> None:
+        assert slot.plan is not None
         with self._policy_of(slot):
-            slot.ep.end_rewind(slot.plan)  # type: ignore[arg-type]
+            slot.ep.end_rewind(slot.plan)
         slot.plan = None
 
     def _finish(self, slot: EpisodeSlot) -> None:
