@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -141,25 +142,47 @@ def test_rewind_eval_with_a_monitor_on_ray_equals_local(cluster, tiny_run, tmp_p
     _assert_same_stores(tmp_path / "local" / "store", tmp_path / "ray" / "store")
 
 
+class _GatedJob:
+    """:class:`EvalJob` whose units holding ``gated`` seeds wait until ``gate`` exists, so the test
+    can kill the actor while it is certainly inside that unit (no race with its finishing)."""
+
+    def __init__(self, job: EvalJob, gated: list[int], gate: Path) -> None:
+        self.job, self.gated, self.gate = job, gated, gate
+
+    def build(self) -> _GatedJob:
+        self.runner = self.job.build()
+        return self
+
+    def run(self, seeds: list[int]) -> Any:
+        if list(seeds) == self.gated:
+            for _ in range(1200):  # at most 60 s, then run anyway (the test then fails on restarts)
+                if self.gate.exists():
+                    break
+                time.sleep(0.05)
+        return self.runner.run(seeds)
+
+
 def test_lockstep_ray_equals_local_with_an_actor_killed_mid_run(cluster, tiny_run, tmp_path) -> None:
     local = run_eval(_cfg(tiny_run, tmp_path / "local", episodes=8, num_envs=2))
     cfg = _cfg(tiny_run, tmp_path / "ray", episodes=8, num_envs=2)  # 4 lockstep batches of 2
+    units, gate = units_of(cfg), tmp_path / "gate"
     records: list[Any] = []
     with (
         ReplayStore.create(cfg.store_out, _spec(cfg)) as store,
-        RayShards(EvalJob(cfg), RayOptions()) as shards,
+        RayShards(_GatedJob(EvalJob(cfg), list(units[1]), gate), RayOptions()) as shards,
     ):
 
         def on_result(i: int, res: UnitResult) -> None:
-            if i == 0:  # mid-run: the other actor is running a batch, and more are queued
-                assert list(shards.running) == [1]
+            if i == 0:  # mid-run: actor 1 is held inside unit 1 by the gate, more units are queued
+                assert shards.running[1] == list(units[1])
                 cluster.kill(shards.actors[1])
+                gate.touch()  # the unit's rerun on the fresh actor goes through
             for episode in res.episodes:  # the driver alone writes
                 episode.commit_into(store)
             records.extend(res.records)
 
-        shards.wait_ready()  # both actors start with a batch, so both are busy when batch 0 is back
-        shards.run(units_of(cfg), on_result)
+        shards.wait_ready()
+        shards.run(units, on_result)
         assert shards.restarts == 1
     assert _comparable(records) == _comparable(local["records"])
     assert sorted(e[0][0] for e in _stored(Path(cfg.store_out))) == list(range(8))  # each exactly once
