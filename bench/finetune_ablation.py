@@ -310,22 +310,7 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         del ov["data.mix"]
     cmd = [rewind_bin("rewind-train"), *(f"{k}={v}" for k, v in ov.items())]
     run_once(cmd, out / "train")
-    ev = run_once(
-        [
-            rewind_bin("rewind-eval"),
-            f"policy_path={out / 'train'}",
-            "env=stack3",
-            "episodes=100",
-            "seed=10000",
-            "num_threads=2",
-            "device=cpu",
-            "progress=false",
-            "wandb.mode=disabled",
-            f"out_dir={out / 'eval'}",
-        ],
-        out / "eval",
-    )
-    assert ev is not None
+    ev = evaluate(out / "train", out)
     return {
         "variant": name,
         "changes": what,
@@ -335,14 +320,12 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate :func:`pinned_weights` like every variant."""
-    weights, pinned = pinned_weights(a)
-    out = Path(a.root) / name
+def evaluate(policy_path: Path | str, out: Path) -> dict[str, Any]:
+    """``rewind-eval`` of ``policy_path`` on the 100 evaluation episodes every variant uses, into ``out/eval``."""
     ev = run_once(
         [
             rewind_bin("rewind-eval"),
-            f"policy_path={weights}",
+            f"policy_path={policy_path}",
             "env=stack3",
             "episodes=100",
             "seed=10000",
@@ -355,6 +338,14 @@ def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         out / "eval",
     )
     assert ev is not None
+    return ev
+
+
+def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate :func:`pinned_weights` like every variant."""
+    weights, pinned = pinned_weights(a)
+    out = Path(a.root) / name
+    ev = evaluate(weights, out)
     return {
         "variant": name,
         "changes": VARIANTS[name][0] + f" ({', '.join(pinned)})",
