@@ -25,6 +25,7 @@ from rewind.loop.record import (
     EvalOutcome,
     OperatorSteps,
     PolicyRecord,
+    PromotionOutcome,
     RoundRecord,
     WaitingForHuman,
 )
@@ -291,23 +292,40 @@ def _control(
     weights = resolve_weights(str(folder / "train"))
     prev = records[-1].control or records[-1]
     candidate = _policy_record(out, weights, prev.policy.version)
-    gate = None
-    if cfg.promotion.gated:
-        with _timed(t, "control_selection", hook, r):
-            gate = promotion.judge(
-                cfg,
-                candidate,
-                weights,
-                _deployed_selection(cfg, out, prev, round_dir(out, r)),
-                folder,
-                f"round {r} control",
-            )
-        if not gate.promoted:
-            return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
+    gate = _judge(cfg, out, r, candidate, weights, prev, folder, "control", t, hook)
+    if gate is not None and not gate.promoted:
+        return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
     with _timed(t, "control_eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
     log.info("round %d control (demos only): success %s", r, success_text(ev))
     return ControlRecord(candidate, ev, gate.candidate_selection if gate else None, gate)
+
+
+def _judge(
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    candidate: PolicyRecord,
+    weights: Path,
+    prev: RoundRecord | ControlRecord,
+    folder: Path,
+    arm: str,
+    t: dict[str, float],
+    hook: StageHook | None,
+) -> PromotionOutcome | None:
+    """The promotion gate for round ``r``'s candidate of ``arm`` ("" or "control") against ``prev``'s
+    deployed policy, timed as ``[arm_]selection``; None when the gate is off."""
+    if not cfg.promotion.gated:
+        return None
+    with _timed(t, f"{arm}_selection" if arm else "selection", hook, r):
+        return promotion.judge(
+            cfg,
+            candidate,
+            weights,
+            _deployed_selection(cfg, out, prev, round_dir(out, r)),
+            folder,
+            f"round {r} {arm}".rstrip(),
+        )
 
 
 def _deployed_selection(
@@ -347,17 +365,7 @@ def recovery_round(
     }
     demos = str(_abs(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)
-    gate = None
-    if cfg.promotion.gated:
-        with _timed(t, "selection", hook, r):
-            gate = promotion.judge(
-                cfg,
-                policy,
-                weights,
-                _deployed_selection(cfg, out, prev, round_dir(out, r)),
-                round_dir(out, r),
-                f"round {r}",
-            )
+    gate = _judge(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
     if gate is None or gate.promoted:
         cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
         selection = gate.candidate_selection if gate else None
