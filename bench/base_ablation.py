@@ -40,6 +40,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "baseline",
     ),
     "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
+    "batch64": (
+        "batch 64 instead of 256: about 4x the updates per minute of training",
+        ["train.batch_size=64"],
+        [],
+        None,
+    ),
+    "batch64_act4": (
+        "batch 64, executing 4 actions per chunk",
+        [],
+        ["n_action_steps=4"],
+        "batch64",
+    ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy steps weigh 0 as in the loop)
     "fs_round": (
