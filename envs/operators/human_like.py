@@ -16,7 +16,7 @@ operator and, per takeover (``reset``):
    the fingers commanded open or closed at random (a held object may drop).
 
 Distance: :class:`DemoDistance`, the nearest-demo-state distance of the observation with every
-dimension scaled to the demos' min/max, divided by a reference (by default the median distance of
+key scaled to its demos' widest min/max span (``distance_scale=per_key``), divided by a reference (by default the median distance of
 held-out demo episodes' states to the other episodes: ``ratio <= 1`` is "as close as a typical new
 demo"). Unfamiliarity
 ``u = clip((ratio - 1) / (far_ratio - 1), 0, 1)`` interpolates every parameter from its ``*_near`` to
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 CONTROL_DT = TIMESTEP * N_SUBSTEPS
 #: ``recovery.operator_model.name`` values.
 OPERATOR_MODELS = ("perfect", "human_like")
+#: ``recovery.operator_model.distance_scale`` values (see :class:`DemoDistance`).
+DISTANCE_SCALES = ("per_key", "per_dim")
 
 
 @dataclass
@@ -67,6 +69,9 @@ class OperatorModelConfig:
         far_ratio: distance ratio (to the demos' own reference distance) at which every parameter
             reaches its ``*_far`` value; at ratio <= 1 they are at ``*_near``.
         ref_quantile: quantile of held-out demo distances used as the reference distance.
+        distance_scale: ``per_key`` (dims of a key share its widest demo span) or ``per_dim`` (each
+            dim its own span: the first model, where near-constant channels ruled the distance).
+        min_scale: least divisor of any dim, in observation units (0: none).
         overhead_s: simulated operator time added per intervention (s), on top of the steps.
     """
 
@@ -86,6 +91,8 @@ class OperatorModelConfig:
     botch_s: float = 0.5
     far_ratio: float = 4.0
     ref_quantile: float = 0.5
+    distance_scale: str = "per_key"
+    min_scale: float = 0.0
     overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -113,6 +120,8 @@ class OperatorModelConfig:
             0 < self.ref_quantile <= 1,
             f"recovery.operator_model.ref_quantile must be in (0, 1]; got {self.ref_quantile}",
         )
+        check_choice("recovery.operator_model.distance_scale", self.distance_scale, DISTANCE_SCALES)
+        require(self.min_scale >= 0, f"recovery.operator_model.min_scale must be >= 0; got {self.min_scale}")
 
     def steps(self, seconds: float) -> int:
         """``seconds`` of operator time as control steps (rounded)."""
@@ -132,6 +141,12 @@ class DemoDistance:
         states: ``[N, D]`` demo observations (the ``keys`` concatenated in order).
         episode: ``[N]`` episode index of every row (the reference holds whole episodes out).
         keys: the observation keys, in the order of ``states``' columns.
+        widths: ``[len(keys)]`` number of columns of each key (default: every column its own key).
+        scale: ``per_key`` divides every dim by its key's widest demo span, so the dims of a key keep
+            their physical proportions (a can's tilt, near-constant in demos, does not outweigh its
+            position); ``per_dim`` divides every dim by its own span (the original model, where a
+            dimension that barely varies in the demos dominates every distance).
+        min_scale: no dim is divided by less than this (observation units, e.g. 0.05 m or rad).
         quantile: the reference distance is this quantile of held-out demo states' distances (0.5).
         folds: episode folds for the reference; max_queries: held-out states sampled for it.
         seed: seeds the sampling of those states.
@@ -146,6 +161,9 @@ class DemoDistance:
         folds: int = 5,
         max_queries: int = 2000,
         seed: int = 0,
+        widths: Sequence[int] | None = None,
+        scale: str = "per_key",
+        min_scale: float = 0.0,
     ) -> None:
         states = np.asarray(states, dtype=np.float64)
         episode = np.asarray(episode)
@@ -156,15 +174,20 @@ class DemoDistance:
             )
         self.keys = list(keys)
         self.lo = states.min(0)
-        span = states.max(0) - self.lo
-        self.scale = np.where(span > 1e-6, span, 1.0)
-        self.x = ((states - self.lo) / self.scale).astype(np.float32)
+        self.scale = _dim_scale(states.max(0) - self.lo, widths or [1] * states.shape[1], scale, min_scale)
+        self.x = ((states - self.lo) / self.scale)
         self._sq = np.einsum("ij,ij->i", self.x, self.x)
         self.reference = self._reference(episode, quantile, folds, max_queries, np.random.default_rng(seed))
 
     @classmethod
     def from_store(
-        cls, path: str, keys: Sequence[str] | None = None, quantile: float = 0.5, seed: int = 0
+        cls,
+        path: str,
+        keys: Sequence[str] | None = None,
+        quantile: float = 0.5,
+        seed: int = 0,
+        scale: str = "per_key",
+        min_scale: float = 0.0,
     ) -> DemoDistance:
         """Every step of every episode of the store at ``path`` (``keys``: default all non-image keys)."""
         with ReplayStore.open(path) as store:
@@ -174,9 +197,19 @@ class DemoDistance:
                 ep = store.load(info.id, obs_keys=keys)
                 rows.append(np.concatenate([ep.obs[k].reshape(info.length, -1) for k in keys], axis=1))
                 eps.append(np.full(info.length, i))
+            widths = [int(np.prod(store.spec.obs[k][0])) for k in keys] if rows else []
         if not rows:
             raise ValueError(f"the demo store {path} has no episodes")
-        return cls(np.concatenate(rows), np.concatenate(eps), keys, quantile, seed=seed)
+        return cls(
+            np.concatenate(rows),
+            np.concatenate(eps),
+            keys,
+            quantile,
+            seed=seed,
+            widths=widths,
+            scale=scale,
+            min_scale=min_scale,
+        )
 
     def _nearest(self, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Euclidean distance of each row of normalised ``q`` ``[M, D]`` to its nearest demo state
@@ -185,7 +218,7 @@ class DemoDistance:
         sq = self._sq if rows is None else self._sq[rows]
         out = np.empty(len(q))
         for s in range(0, len(q), 256):
-            c = q[s : s + 256].astype(np.float32)
+            c = q[s : s + 256].astype(np.float64)
             d2 = sq[None, :] - 2.0 * (c @ x.T) + np.einsum("ij,ij->i", c, c)[:, None]
             out[s : s + 256] = np.sqrt(np.maximum(d2.min(1), 0.0))
         return out
@@ -228,6 +261,21 @@ class DemoDistance:
         }
 
 
+def _dim_scale(span: np.ndarray, widths: Sequence[int], scale: str, min_scale: float) -> np.ndarray:
+    """``[D]`` divisor of every dim: its own span (``per_dim``) or its key's widest (``per_key``),
+    at least ``min_scale`` (and never 0)."""
+    check_choice("recovery.operator_model.distance_scale", scale, DISTANCE_SCALES)
+    if sum(widths) != len(span):
+        raise ValueError(f"DemoDistance: key widths {list(widths)} do not add up to {len(span)} dims")
+    if scale == "per_key":
+        bounds = np.cumsum([0, *widths])
+        span = np.concatenate(
+            [np.full(w, span[a : a + w].max()) for a, w in zip(bounds[:-1], widths, strict=True)]
+        )
+    out = np.maximum(span, min_scale)
+    return np.where(out > 1e-6, out, 1.0)
+
+
 def hold_action(env: TaskEnv) -> np.ndarray:
     """No motion, the finger command the env is applying now (a hold does not drop what is held)."""
     a = np.zeros(5, dtype=np.float32)
@@ -249,13 +297,19 @@ class HumanLikeStats:
     ratios: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        """The counts plus the mean and max distance ratio at the takeovers' first decisions."""
+        """The counts plus the distance ratio at the takeovers' first decisions: mean, max and the
+        10th/50th/90th percentiles (the mean alone is ruled by a few far outliers)."""
         d = {k: v for k, v in asdict(self).items() if k != "ratios"}
         r = np.asarray(self.ratios)
+        pct = np.percentile(r, [10, 50, 90]) if r.size else [None] * 3
         return {
             **d,
             "ratio_mean": round(float(r.mean()), 4) if r.size else None,
             "ratio_max": round(float(r.max()), 4) if r.size else None,
+            **{
+                f"ratio_p{q}": (round(float(v), 4) if r.size else None)
+                for q, v in zip((10, 50, 90), pct, strict=True)
+            },
         }
 
 

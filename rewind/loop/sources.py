@@ -175,7 +175,13 @@ class RecoverySource(ABC):
         if not isinstance(self.operator, HumanLikeOperator):
             return {}
         model = self.cfg.operator_model
-        dist = DemoDistance.from_store(ctx.demos_path, quantile=model.ref_quantile, seed=ctx.seed)
+        dist = DemoDistance.from_store(
+            ctx.demos_path,
+            quantile=model.ref_quantile,
+            seed=ctx.seed,
+            scale=model.distance_scale,
+            min_scale=model.min_scale,
+        )
         self.operator.distance = dist
         return {"demo_distance": self.operator.distance.describe()}
 

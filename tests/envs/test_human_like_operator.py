@@ -18,6 +18,7 @@ from rewind.envs.operators.human_like import (
     CONTROL_DT,
     DemoDistance,
     HumanLikeOperator,
+    HumanLikeStats,
     OperatorModelConfig,
     hold_action,
     operator_time_s,
@@ -247,3 +248,32 @@ def test_demo_distance_and_config_checks(demos, demo_store: str) -> None:
 def test_demo_store_path_must_exist(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="store"):
         DemoDistance.from_store(str(tmp_path / "nope"))
+
+
+def test_per_key_scale_keeps_a_near_constant_channel_from_ruling_the_distance() -> None:
+    # two keys: a 2-D position that varies by 1 in the demos, and a 2-D "quaternion" whose first dim
+    # varies by 1 and second by only 0.001 (a tilt never seen in the demos)
+    rng = np.random.default_rng(0)
+    n = 400
+    pos = rng.uniform(0, 1, size=(n, 2))
+    quat = np.stack([rng.uniform(0, 1, n), rng.uniform(0, 0.001, n)], axis=1)
+    states, episode = np.concatenate([pos, quat], axis=1), np.repeat(np.arange(8), n // 8)
+    tilted = {"pos": pos[5], "quat": quat[5] + np.array([0.0, 0.1])}  # tilt 0.1: 100x the demo span
+    moved = {"pos": pos[5] + np.array([0.3, 0.0]), "quat": quat[5]}
+    per_dim = DemoDistance(states, episode, ["pos", "quat"], widths=[2, 2], scale="per_dim")
+    per_key = DemoDistance(states, episode, ["pos", "quat"], widths=[2, 2], scale="per_key")
+    assert per_dim.distance(tilted) > 50 * per_dim.distance(moved)  # the flaw: a small tilt rules
+    assert per_key.distance(tilted) < per_key.distance(moved)  # 0.1 of tilt < 0.3 of motion
+    floored = DemoDistance(states, episode, ["pos", "quat"], widths=[2, 2], scale="per_dim", min_scale=0.5)
+    assert floored.distance(tilted) < floored.distance(moved)
+    with pytest.raises(ValueError, match="do not add up"):
+        DemoDistance(states, episode, ["pos", "quat"], widths=[2, 1])
+    with pytest.raises(ConfigError, match="distance_scale must be one of"):
+        _model(distance_scale="per_axis")
+
+
+def test_stats_report_ratio_percentiles() -> None:
+    stats = HumanLikeStats(ratios=[1.0, 2.0, 3.0, 4.0, 100.0])
+    d = stats.as_dict()
+    assert d["ratio_p50"] == 3.0 and d["ratio_mean"] == 22.0 and d["ratio_p10"] < d["ratio_p90"] < 100
+    assert HumanLikeStats().as_dict()["ratio_p50"] is None
