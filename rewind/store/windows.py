@@ -24,11 +24,18 @@ intervention sources (the policy's steps around the takeover, the policy acting 
 are masked out of ``action_mask``. A window anchored on any other source may cross into an
 intervention: the operator's actions are what should have followed. ``"ignore"`` (the default):
 every in-unit step is a target.
+
+**Dropped steps** (``drop_steps``, e.g. the corrections the loop's label-conflict filter rejects):
+named per episode, they get a per-step weight of 0 in ``data["step_weight"]``: a dropped step is
+never a window's anchor (its window weighs 0) nor a target of any window (``action_mask`` False).
+The stored episodes are not changed. The file that names them: :func:`write_drop_steps`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +47,25 @@ from rewind.store.store import ReplayStore
 INTERVENTION_SOURCES: tuple[str, ...] = ("recovery", "correction", "human")
 UNDONE_MODES = ("drop", "keep")
 SOURCE_BOUNDARY_MODES = ("respect", "ignore")
+
+
+def write_drop_steps(path: str | Path, store: str | Path, dropped: Mapping[int, Sequence[int]]) -> Path:
+    """Write the steps of ``store`` to leave out of training, ``{episode id: [step, ...]}`` (indices into
+    the stored episode), as ``{"store": ..., "episodes": {...}}`` JSON at ``path``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    episodes = {str(int(e)): sorted(int(t) for t in steps) for e, steps in dropped.items() if len(steps)}
+    out.write_text(json.dumps({"store": str(store), "episodes": episodes}))
+    return out
+
+
+def read_drop_steps(path: str | Path) -> dict[int, list[int]]:
+    """The ``{episode id: [step, ...]}`` of a file written by :func:`write_drop_steps`."""
+    try:
+        node = json.loads(Path(path).read_text())
+        return {int(e): [int(t) for t in steps] for e, steps in node["episodes"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(f"drop_steps: {path} is not a file of dropped steps ({exc})") from exc
 
 
 def episode_segments(
@@ -108,9 +134,13 @@ class ReplayBuffer:
         episodes: Iterable[int | EpisodeInfo] | None = None,
         obs_keys: Sequence[str] | None = None,
         undone: Literal["drop", "keep"] = "drop",
+        drop_steps: Mapping[int, Sequence[int]] | None = None,
     ) -> ReplayBuffer:
         """Load ``episodes`` (ids or infos; default: all committed) restricted to ``obs_keys``, one unit
-        per segment; segments undone by a ``restore`` rewind are dropped unless ``undone="keep"``."""
+        per segment; segments undone by a ``restore`` rewind are dropped unless ``undone="keep"``.
+
+        ``drop_steps`` (``{episode id: [step, ...]}``, may be empty): also hold ``data["step_weight"]``,
+        0 on those steps and 1 elsewhere (the module docstring)."""
         if undone not in UNDONE_MODES:
             raise StoreError(f"undone: must be one of {list(UNDONE_MODES)}; got {undone!r}")
         chosen = store.episodes() if episodes is None else list(episodes)
@@ -119,13 +149,15 @@ class ReplayBuffer:
             raise StoreError("episodes: no episodes selected")
         keys = list(store.spec.obs) if obs_keys is None else list(obs_keys)
         names = [f"obs/{k}" for k in keys] + ["action", "source", "reward"]
+        names += [] if drop_steps is None else ["step_weight"]
         parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
         lengths, unit_ids = [], []
         for eid in ids:
             ep = store.load(eid, obs_keys=keys)
-            arrays = dict(
-                zip(names, [*(ep.obs[k] for k in keys), ep.actions, ep.sources, ep.rewards], strict=True)
-            )
+            columns = [*(ep.obs[k] for k in keys), ep.actions, ep.sources, ep.rewards]
+            if drop_steps is not None:
+                columns.append(_step_weight(len(ep.actions), drop_steps.get(eid, ()), eid))
+            arrays = dict(zip(names, columns, strict=True))
             for b, e, is_undone in episode_segments(len(ep.actions), ep.info.extra, eid):
                 if is_undone and undone == "drop":
                     continue
@@ -137,6 +169,16 @@ class ReplayBuffer:
             raise StoreError("episodes: every selected step lies in an undone segment; nothing to train on")
         data = {name: np.concatenate(chunks) for name, chunks in parts.items()}
         return cls(data, np.cumsum(lengths), unit_ids)
+
+
+def _step_weight(length: int, dropped: Sequence[int], episode_id: int) -> np.ndarray:
+    """``[length]`` float32: 0 on the ``dropped`` steps, 1 elsewhere."""
+    idx = np.asarray(list(dropped), np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= length):
+        raise StoreError(f"drop_steps: episode {episode_id} has {length} steps; got step {idx.max()}")
+    weight = np.ones(length, np.float32)
+    weight[idx] = 0.0
+    return weight
 
 
 class WindowSampler:
@@ -159,6 +201,9 @@ class WindowSampler:
         source_boundaries: ``"respect"``: a window anchored on an intervention source supervises
             only its run of intervention steps (module docstring); ``"ignore"`` (default): every
             step of the window is a target.
+
+    A buffer holding ``step_weight`` (dropped steps, module docstring) multiplies each window's
+    weight by its anchor's and masks the dropped steps' actions out of ``action_mask``.
     """
 
     def __init__(
@@ -194,6 +239,8 @@ class WindowSampler:
         self._is_intervention = np.zeros(len(SOURCES), bool)
         self._is_intervention[[source_code(s) for s in INTERVENTION_SOURCES]] = True
         self.rng = np.random.default_rng(seed)
+        step_weight = buffer.data.get("step_weight")
+        self._step_kept = None if step_weight is None else step_weight > 0
         self._build_index()
         self._build_sample_weights(sample_weights or {})
 
@@ -222,6 +269,8 @@ class WindowSampler:
             table[source_code(label, f"sample_weights[{label!r}]")] = w
         self.sample_weight_table = table.astype(np.float32)
         self.window_sample_weights = table[self.buffer.data["source"][self.anchors]]
+        if self._step_kept is not None:
+            self.window_sample_weights = self.window_sample_weights * self._step_kept[self.anchors]
         total = self.window_sample_weights.sum()
         if self.sample_weight_mode == "sample" and total <= 0:
             raise StoreError("sample_weights: every window has weight 0; nothing to sample")
@@ -265,6 +314,8 @@ class WindowSampler:
         mask = (act_idx >= b) & (act_idx <= last)
         if self.mask_zero_sample_weight:
             mask &= self.sample_weight_table[source] > 0
+        if self._step_kept is not None:
+            mask &= self._step_kept[act_idx_c]
         if self.source_boundaries == "respect":
             mask &= self._intervention_run(source)
         return {

@@ -51,6 +51,10 @@ class DataConfig:
             (recovery, correction, human) supervises only that intervention's actions, not the
             policy's around it; ``ignore`` (default until the loop is re-measured with ``respect``):
             every step of the window is a target.
+        drop_steps_paths: per store (``[path, *extra_paths]``) a file of steps to leave out of
+            training (``rewind.store.windows.write_drop_steps``; ``null``: none), or ``[]``. A dropped
+            step is never a window's anchor nor a target; the store is not changed. The loop's
+            label-conflict filter writes them (``finetune.conflict_filter``).
         val_batches: batches averaged for one validation loss.
     """
 
@@ -63,6 +67,7 @@ class DataConfig:
     mask_zero_sample_weight: bool = False
     undone: str = "drop"
     source_boundaries: str = "ignore"
+    drop_steps_paths: list[str | None] = field(default_factory=list)
     val_batches: int = 4
 
     def __post_init__(self) -> None:
@@ -80,6 +85,11 @@ class DataConfig:
         require(
             not self.mix or len(self.mix) == n,
             f"data.mix needs one share per store ({n}: path + extra_paths) or []; got {list(self.mix)}",
+        )
+        require(
+            not self.drop_steps_paths or len(self.drop_steps_paths) == n,
+            f"data.drop_steps_paths needs one entry (a file or null) per store ({n}: path + extra_paths) "
+            f"or []; got {len(self.drop_steps_paths)}",
         )
         require(
             all(m >= 0 for m in self.mix) and (not self.mix or sum(self.mix) > 0),

@@ -16,7 +16,7 @@ import torch
 
 from rewind.config import ConfigError
 from rewind.store import ReplayStore, StoreSpec
-from rewind.store.windows import ReplayBuffer, WindowSampler
+from rewind.store.windows import ReplayBuffer, WindowSampler, read_drop_steps
 from rewind.train.config import DataConfig
 
 
@@ -112,10 +112,12 @@ def split_episodes(ids: list[int], val_fraction: float, seed: int) -> tuple[list
 
 
 def _read_store(
-    path: str, cfg: DataConfig, seed: int, env_id: str, spec: StoreSpec | None
+    path: str, cfg: DataConfig, seed: int, env_id: str, spec: StoreSpec | None, drop: str | None = None
 ) -> tuple[StoreSpec, list[int], list[int], ReplayBuffer, ReplayBuffer | None]:
-    """One store: its spec (checked against ``env_id`` and the first store's), the split, the buffers."""
+    """One store: its spec (checked against ``env_id`` and the first store's), the split, the buffers
+    (with ``data.drop_steps_paths`` set: every buffer holds ``step_weight``, from the file ``drop``)."""
     key = "data.path" if spec is None else "data.extra_paths"
+    dropped = None if not cfg.drop_steps_paths else read_drop_steps(drop) if drop else {}
     with ReplayStore.open(path) as store:
         if store.spec.env_id != env_id:
             raise ConfigError(f"{key}: store {path} holds {store.spec.env_id} episodes, but env is {env_id}")
@@ -125,10 +127,9 @@ def _read_store(
         if not ids:
             raise ConfigError(f"{key}: store {path} has no episodes")
         train_ids, val_ids = split_episodes(ids, cfg.val_fraction, seed)
-        train_buf = ReplayBuffer.from_store(store, train_ids, undone=cfg.undone)  # type: ignore[arg-type]
-        val_buf = None
-        if val_ids:
-            val_buf = ReplayBuffer.from_store(store, val_ids, undone=cfg.undone)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"undone": cfg.undone, "drop_steps": dropped}
+        train_buf = ReplayBuffer.from_store(store, train_ids, **kw)
+        val_buf = ReplayBuffer.from_store(store, val_ids, **kw) if val_ids else None
         return store.spec, train_ids, val_ids, train_buf, val_buf
 
 
@@ -136,8 +137,9 @@ def load_data(cfg: DataConfig, n_obs_steps: int, horizon: int, seed: int, env_id
     """Open the stores of ``cfg``, check they hold ``env_id`` episodes of one layout, build the samplers."""
     spec: StoreSpec | None = None
     train_bufs, val_bufs, by_store = [], [], {}
-    for path in cfg.paths:
-        spec, train_ids, val_ids, train_buf, val_buf = _read_store(path, cfg, seed, env_id, spec)
+    drops = cfg.drop_steps_paths or [None] * len(cfg.paths)
+    for path, drop in zip(cfg.paths, drops, strict=True):
+        spec, train_ids, val_ids, train_buf, val_buf = _read_store(path, cfg, seed, env_id, spec, drop)
         train_bufs.append(train_buf)
         val_bufs += [val_buf] if val_buf is not None else []
         by_store[path] = {"train": train_ids, "val": val_ids}

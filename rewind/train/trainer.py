@@ -79,7 +79,7 @@ def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
     # options added later are left out at their defaults, so runs saved before them still resume
     if cfg.init.from_weights is None:
         sig.pop("init")
-    for key in ("extra_paths", "mix"):
+    for key in ("extra_paths", "mix", "drop_steps_paths"):
         if not full["data"][key]:
             sig["data"].pop(key)
     return sig
