@@ -1,13 +1,10 @@
 """Do the operator's corrections contradict the demos? Per stage, the share of correction steps whose
 action disagrees with what the demos do in the nearest states.
 
-For every step, the policy's own encoder gives features of its observation window (what the policy
-sees). For a correction (or recovery) step of a round's store, the ``k`` nearest demo steps in that
-feature space are found, and the step's *disagreement* is the distance from its normalized action to
-the nearest of those demo actions. The same statistic for demo steps, with neighbours taken from the
-*other* demo episodes only, gives the demos' own spread; a correction step **conflicts** when its
-disagreement exceeds the demos' ``--quantile`` (0.95: 5% of demo steps count as conflicting by
-construction). The stage of each step comes from the env's predicates on its stored physics state.
+The statistic (features from the policy's own encoder, ``k`` nearest demo steps, a step conflicts
+beyond the demos' own leave-one-episode-out ``--quantile``) is :mod:`rewind.loop.label_conflict`'s,
+the same the loop's ``finetune.conflict_filter`` uses; this script adds the stage of each step (the
+env's predicates on its stored physics state) and writes the per-stage table of docs/loop.md.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/label_conflict.py --task stack3 \
         --weights runs/loop_experiment/stack3/demos_100/train \
@@ -22,63 +19,16 @@ import argparse
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from rewind.envs.registry import make_env
-from rewind.store import SOURCE_CODES, ReplayStore
+from rewind.loop.label_conflict import demo_threshold, disagreement, step_table
 from rewind.train.policy_api import load_policy
 
 log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")
-
-
-def step_table(
-    store_path: str, policy: Any, env: Any, labels: tuple[str, ...] | None
-) -> dict[str, np.ndarray]:
-    """Per step of the store (only ``labels`` when given): features ``[N, F]``, normalized actions
-    ``[N, Da]``, episode ids and stages."""
-    feats, acts, eps, stages = [], [], [], []
-    codes = None if labels is None else [SOURCE_CODES[x] for x in labels]
-    to = policy.n_obs_steps
-    with ReplayStore.open(store_path) as store:
-        for info in store.episodes():
-            ep = store.load(info.id)
-            keep = np.arange(len(ep.actions)) if codes is None else np.flatnonzero(np.isin(ep.sources, codes))
-            if not len(keep):
-                continue
-            idx = np.clip(keep[:, None] + np.arange(1 - to, 1), 0, None)
-            window = {k: torch.as_tensor(ep.obs[k][idx]).float() for k in policy.obs_keys}
-            with torch.no_grad():
-                feats.append(policy.encode(window).numpy())
-                acts.append(policy.normalizer.normalize("action", torch.as_tensor(ep.actions[keep])).numpy())
-            for t in keep:
-                env.set_physics_state(ep.states[t])
-                stages.append(env.stage())
-            eps.append(np.full(len(keep), info.id))
-    return {
-        "feats": np.concatenate(feats),
-        "acts": np.concatenate(acts),
-        "episode": np.concatenate(eps),
-        "stage": np.asarray(stages),
-    }
-
-
-def disagreement(query: dict[str, np.ndarray], demos: dict[str, np.ndarray], k: int, loo: bool) -> np.ndarray:
-    """Per query step: distance from its action to the nearest action among its ``k`` nearest demo steps
-    (``loo``: never neighbours from the query's own episode)."""
-    out = np.empty(len(query["feats"]))
-    for i in range(0, len(out), 512):
-        q = query["feats"][i : i + 512]
-        d = (q**2).sum(1)[:, None] + (demos["feats"] ** 2).sum(1)[None] - 2.0 * q @ demos["feats"].T
-        if loo:
-            d[query["episode"][i : i + 512, None] == demos["episode"][None]] = np.inf
-        nn = np.argpartition(d, k, axis=1)[:, :k]
-        gap = np.linalg.norm(demos["acts"][nn] - query["acts"][i : i + 512, None], axis=-1)
-        out[i : i + 512] = gap.min(1)
-    return out
 
 
 def main() -> None:
@@ -96,13 +46,13 @@ def main() -> None:
     env = make_env(a.task)
     policy = load_policy(a.weights, env, a.task, torch.device("cpu")).policy
     base = env.unwrapped
-    demos = step_table(a.demos, policy, base, None)
-    corr = step_table(a.round_store, policy, base, LABELS)
-    tau = float(np.quantile(disagreement(demos, demos, a.k, loo=True), a.quantile))
+    demos = step_table(a.demos, policy)
+    corr = step_table(a.round_store, policy, LABELS, base)
+    tau = demo_threshold(demos, a.k, a.quantile)
     gap = disagreement(corr, demos, a.k, loo=False)
     rows = []
     for s, name in enumerate([*base.stage_names, "done"]):
-        sel = corr["stage"] == s
+        sel = corr.stage == s
         if sel.any():
             rows.append(
                 {

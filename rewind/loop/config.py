@@ -15,6 +15,7 @@ from rewind.config import CommandConfig, check_choice, require
 from rewind.envs.config import EnvConfig
 from rewind.envs.operators.human_like import OperatorModelConfig
 from rewind.loop.guided import GuidedConfig
+from rewind.loop.label_conflict import ConflictFilterConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import check_rewind_mode
 from rewind.monitor.factory import MonitorConfig
@@ -158,6 +159,9 @@ class FinetuneConfig:
         normalizer: ``keep`` the base policy's normalizer (default) or ``refit`` it to all the data.
         all_rounds: train on the data of every round so far (aggregation, DAgger-style); ``false``:
             only the latest round's.
+        conflict_filter: before each fine-tuning, leave out the rounds' correction steps whose action
+            conflicts with the demos' in the nearest states of the deployed policy's feature space
+            (:class:`rewind.loop.label_conflict.ConflictFilterConfig`; off by default).
     """
 
     mode: str = "ft"
@@ -171,6 +175,7 @@ class FinetuneConfig:
     sample_weight_mode: str = "sample"
     normalizer: str = "keep"
     all_rounds: bool = True
+    conflict_filter: ConflictFilterConfig = field(default_factory=ConflictFilterConfig)
 
     def __post_init__(self) -> None:
         require(

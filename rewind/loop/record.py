@@ -7,6 +7,7 @@
      "demos": "round_00/demos/store",
      "finetune": {"mode", "steps", "init", "sample_weights"},     # rounds >= 1 ("source_weights" before)
      "data": {"demos": counts, "rounds": {r: counts}, ...},        # what the round trained on
+                                                                  # (+ "conflict_filter": kept/dropped)
      "collection": {...},                                         # rounds >= 1: the collection summary
      "control": {"policy": {...}, "eval": {...}} | null,          # rounds >= 1
      "calibration": {...}, "eval": {...}, "eval_rewind": {...} | null,

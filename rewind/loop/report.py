@@ -29,6 +29,7 @@ def round_row(rec: RoundRecord) -> dict[str, Any]:
     """One flat row per round: policy version, data, operator steps, success with its interval."""
     ev, ops = rec.eval, rec.operator_steps
     coll = rec.collection or {}
+    filt = (rec.data or {}).get("conflict_filter")
     lo, hi = ev.success_ci95
     return {
         "round": rec.round,
@@ -53,6 +54,7 @@ def round_row(rec: RoundRecord) -> dict[str, Any]:
         "candidate_success": _rejected_success(rec.promotion),
         "control_promoted": rec.control.promotion.promoted if rec.control and rec.control.promotion else None,
         "control_candidate_success": _rejected_success(rec.control.promotion if rec.control else None),
+        **({"conflict_kept": filt["kept"], "conflict_dropped": filt["dropped"]} if filt else {}),
     }
 
 
@@ -138,6 +140,11 @@ def write_report(out: Path, records: list[RoundRecord], cfg: Any) -> Path:
         )
     lines += ["", "Sources of the kept steps per round:", ""]
     lines += [f"* round {r['round']}: {r['source_counts']}" for r in rows if r["round"] > 0]
+    lines += [
+        f"* round {r['round']}, conflict filter: {r['conflict_kept']} steps kept, {r['conflict_dropped']} dropped"
+        for r in rows
+        if "conflict_dropped" in r
+    ]
     lines += [
         "",
         f"![success vs operator steps]({PLOT_COST})",

@@ -18,6 +18,7 @@ from rewind.envs.config import build_env
 from rewind.loop import promotion, stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
+from rewind.loop.label_conflict import FilterOutcome, filter_rounds
 from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
 from rewind.loop.record import (
     CalibrationOutcome,
@@ -232,13 +233,48 @@ def _round_stores(
     return stores, counts, {q: n for q, n in useful.items() if n > 0}
 
 
+def _conflict_filter(
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    records: list[RoundRecord],
+    t: dict[str, float],
+    hook: StageHook | None,
+) -> FilterOutcome | None:
+    """With ``finetune.conflict_filter.enabled``: score round ``r``'s training pool with the deployed
+    policy's encoder into ``round_RR/conflict_filter`` (:mod:`rewind.loop.label_conflict`)."""
+    if not cfg.finetune.conflict_filter.enabled:
+        return None
+    stores, _, useful = _round_stores(cfg, out, r)
+    with _timed(t, "conflict_filter", hook, r):
+        return filter_rounds(
+            cfg.finetune.conflict_filter,
+            cfg.env,
+            _abs(out, records[-1].policy.weights),
+            _abs(out, records[0].demos or ""),
+            {q: stores[q] for q in useful},
+            round_dir(out, r) / "conflict_filter",
+            train_sample_weights(cfg),
+            cfg.device,
+        )
+
+
 def _finetune_config(
-    cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], folder: Path, control: bool = False
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    records: list[RoundRecord],
+    folder: Path,
+    control: bool = False,
+    filt: FilterOutcome | None = None,
 ) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:
-    """Round ``r``'s fine-tuning (``control``: the same on the demos alone) in ``folder``, the ``init``
-    entry of its record and the data it sees (for the record)."""
+    """Round ``r``'s fine-tuning (``control``: the same on the demos alone) in ``folder`` (``filt``:
+    without the steps the conflict filter dropped), the ``init`` entry of its record and the data it
+    sees (for the record)."""
     f, base, prev = cfg.finetune, records[0], records[-1]
     stores, counts, useful = _round_stores(cfg, out, r)
+    if filt is not None and not control:
+        useful = {q: n - filt.dropped.get(q, 0) for q, n in useful.items() if n > filt.dropped.get(q, 0)}
     used = [] if control else list(useful)
     mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
     meta = read_policy_meta(_abs(out, base.policy.weights))
@@ -249,6 +285,7 @@ def _finetune_config(
         val_fraction=0.0,
         sample_weights=train_sample_weights(cfg),
         sample_weight_mode=f.sample_weight_mode,
+        drop_steps_paths=[None, *[filt.drop_files.get(q) for q in used]] if filt and used else [],
     )
     parent = prev.policy.weights
     if control and prev.control:
@@ -273,6 +310,8 @@ def _finetune_config(
         "mix": mix,
         "sample_weights": data.sample_weights,
     }
+    if filt is not None and not control:
+        seen["conflict_filter"] = filt.record
     return tcfg, init, seen
 
 
@@ -350,7 +389,8 @@ def recovery_round(
         coll = _collect(cfg, out, r, prev)
     if isinstance(coll, WaitingForHuman):
         return coll
-    tcfg, init, data = _finetune_config(cfg, out, r, records, round_dir(out, r) / "train")
+    filt = _conflict_filter(cfg, out, r, records, t, hook)
+    tcfg, init, data = _finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
     with _timed(t, "finetune", hook, r):
         stages.train(tcfg)
     control = _control(cfg, out, r, records, t, hook) if cfg.control else None
