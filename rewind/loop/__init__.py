@@ -7,6 +7,7 @@ fine-tune on it, recalibrate, evaluate, repeat.
 * :mod:`rewind.loop.guided_diagnostics`: what guidance did (gating, action change, drift AUROC);
 * :mod:`rewind.loop.guided_sweep`: one guided collection per setting (``bench/guided_sweep.py``);
 * :mod:`rewind.loop.stages`: demos, training, calibration and evaluation steps;
+* :mod:`rewind.loop.finetune_data`: what a round fine-tunes on (stores, sample weights, config);
 * :mod:`rewind.loop.lineage`: the folder protocol (resume at round granularity);
 * :mod:`rewind.loop.runner`: :func:`run_loop`; :mod:`rewind.loop.report`: report, W&B, summary.
 

@@ -122,3 +122,9 @@ def rel(out: Path, path: str | Path) -> str:
         return str(p.relative_to(out.resolve()))
     except ValueError:
         return str(p)
+
+
+def abs_path(out: Path, path: str) -> Path:
+    """A record's ``path`` (relative to ``out``, as :func:`rel` wrote it, or absolute) as a path."""
+    p = Path(path)
+    return p if p.is_absolute() else out / p

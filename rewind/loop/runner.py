@@ -3,11 +3,8 @@ recalibrate, evaluate. Resumable at round granularity (:mod:`rewind.loop.lineage
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +15,16 @@ from rewind.envs.config import build_env
 from rewind.loop import promotion, stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.episodes import collect_episodes, summarize_outcomes
-from rewind.loop.label_conflict import FilterOutcome, filter_rounds
-from rewind.loop.lineage import check_identity, clear_unfinished, load_record, mark_done, rel, round_dir
+from rewind.loop.finetune_data import conflict_filter, finetune_config, finetune_record
+from rewind.loop.lineage import (
+    abs_path,
+    check_identity,
+    clear_unfinished,
+    load_record,
+    mark_done,
+    rel,
+    round_dir,
+)
 from rewind.loop.record import (
     CalibrationOutcome,
     ControlRecord,
@@ -31,38 +36,21 @@ from rewind.loop.record import (
     WaitingForHuman,
 )
 from rewind.loop.report import log_to_wandb, success_text, summarize_loop, write_report
-from rewind.loop.sources import SourceContext, is_external, make_source, source_class, teleop_command
+from rewind.loop.sources import SourceContext, is_external, make_source, teleop_command
+from rewind.loop.stages import StageHook, timed
 from rewind.monitor.episode import MonitoredEpisode, RewindConfig
 from rewind.monitor.factory import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
 from rewind.store import ReplayStore, store_spec_for
-from rewind.train import DataConfig, TrainConfig, policy_api
-from rewind.train.config import InitConfig
+from rewind.train import DataConfig, policy_api
 from rewind.train.policy_api import load_policy, resolve_weights
 from rewind.utils.device import resolve_device
 
 log = logging.getLogger(__name__)
 
-#: ``hook(round, stage)`` called before each stage (tests use it to stand in for a kill).
-StageHook = Callable[[int, str], None]
-
-
-@contextlib.contextmanager
-def _timed(timings: dict[str, float], name: str, hook: StageHook | None, r: int) -> Iterator[None]:
-    if hook is not None:
-        hook(r, name)
-    t0 = time.perf_counter()
-    yield
-    timings[name] = round(time.perf_counter() - t0, 2)
-
 
 def _policy_record(out: Path, weights: Path, parent: str | None) -> PolicyRecord:
     return PolicyRecord(policy_api.weights_version(weights), rel(out, weights), weights_hash(weights), parent)
-
-
-def _abs(out: Path, path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else out / p
 
 
 def _finish_round(
@@ -70,13 +58,13 @@ def _finish_round(
 ) -> tuple[CalibrationOutcome, EvalOutcome, EvalOutcome | None]:
     """Calibrate and evaluate round ``r``'s weights (and with ``eval.rewind``, evaluate with rewind)."""
     folder = round_dir(out, r)
-    with _timed(t, "calibrate", hook, r):
+    with timed(t, "calibrate", hook, r):
         cal = stages.calibrate_policy(cfg, weights, demos, folder / "calibration")
-    with _timed(t, "eval", hook, r):
+    with timed(t, "eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
     evr = None
     if cfg.eval.rewind and cal.calibrated:
-        with _timed(t, "eval_rewind", hook, r):
+        with timed(t, "eval_rewind", hook, r):
             evr = stages.evaluate(cfg, weights, folder / "eval_rewind", cal.folder)
     if cal.folder:
         cal.folder = rel(out, cal.folder)
@@ -98,7 +86,7 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         if not demos:
             raise ConfigError(f"base.demos_path: the weights {weights} do not name their demo store; set it")
     else:
-        with _timed(t, "demos", hook, 0):
+        with timed(t, "demos", hook, 0):
             stages.collect_demos(cfg, folder / "demos")
         demos = str(folder / "demos" / "store")
         tcfg = stages.train_config(
@@ -109,7 +97,7 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
             cfg.seed,
             stages.optim_config(b.steps, b.batch_size, b.lr, b.warmup_steps),
         )
-        with _timed(t, "train", hook, 0):
+        with timed(t, "train", hook, 0):
             stages.train(tcfg)
         weights = resolve_weights(str(folder / "train"))
     demo_counts = stages.store_counts(demos)
@@ -128,7 +116,7 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
         timings_s=t,
     )
     if cfg.promotion.gated:
-        with _timed(t, "selection", hook, 0):
+        with timed(t, "selection", hook, 0):
             record.selection = promotion.select(cfg, weights, folder / "selection")
     mark_done(out, 0, record)
     return record
@@ -137,9 +125,9 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
 def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str, Any] | WaitingForHuman:
     """Round ``r``'s episodes under the previous round's policy and monitor, into ``collect/store``."""
     folder = round_dir(out, r) / "collect"
-    store_path, weights = folder / "store", _abs(out, prev.policy.weights)
+    store_path, weights = folder / "store", abs_path(out, prev.policy.weights)
     cal = prev.calibration
-    cal_folder = str(_abs(out, cal.folder)) if cal.calibrated and cal.folder else None
+    cal_folder = str(abs_path(out, cal.folder)) if cal.calibrated and cal.folder else None
     seed0 = cfg.collect_seed + (r - 1) * cfg.episodes_per_round
     if is_external(cfg.recovery):
         return _external(cfg, r, store_path, weights, cal_folder, seed0)
@@ -151,7 +139,9 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str,
             load_monitor(mcfg, loaded.policy, loaded.weights_hash) if mcfg else (None, None, {})
         )
         source = make_source(cfg.recovery, cfg.env.name)
-        ctx = SourceContext(env, loaded, str(_abs(out, prev.demos or "")), folder, r, cfg.progress, cfg.seed)
+        ctx = SourceContext(
+            env, loaded, str(abs_path(out, prev.demos or "")), folder, r, cfg.progress, cfg.seed
+        )
         prepared = source.prepare(ctx)
         rw = RewindConfig(mode=cfg.recovery.rewind_mode, max_rewinds=10**6, auto_rewind=False)
         device = next(loaded.policy.parameters()).device
@@ -213,108 +203,6 @@ def _external(
     }
 
 
-def train_sample_weights(cfg: LoopConfig) -> dict[str, float]:
-    """The recovery source's default sample weights per source updated with ``finetune.sample_weights``."""
-    return {**source_class(cfg.recovery.name).train_sample_weights, **cfg.finetune.sample_weights}
-
-
-def _round_stores(
-    cfg: LoopConfig, out: Path, r: int
-) -> tuple[dict[int, Path], dict[int, dict[str, Any]], dict[int, int]]:
-    """The round stores round ``r`` trains on, their counts and their steps of non-zero sample weight."""
-    sample_weights = train_sample_weights(cfg)
-    rounds = range(1, r + 1) if cfg.finetune.all_rounds else [r]
-    stores = {q: round_dir(out, q) / "collect" / "store" for q in rounds}
-    counts = {q: stages.store_counts(p) for q, p in stores.items() if p.exists()}
-    useful = {
-        q: sum(n for src, n in c["source_counts"].items() if sample_weights.get(src, 1.0) > 0)
-        for q, c in counts.items()
-    }
-    return stores, counts, {q: n for q, n in useful.items() if n > 0}
-
-
-def _conflict_filter(
-    cfg: LoopConfig,
-    out: Path,
-    r: int,
-    records: list[RoundRecord],
-    t: dict[str, float],
-    hook: StageHook | None,
-) -> FilterOutcome | None:
-    """With ``finetune.conflict_filter.enabled``: score round ``r``'s training pool with the deployed
-    policy's encoder into ``round_RR/conflict_filter`` (:mod:`rewind.loop.label_conflict`)."""
-    if not cfg.finetune.conflict_filter.enabled:
-        return None
-    stores, _, useful = _round_stores(cfg, out, r)
-    with _timed(t, "conflict_filter", hook, r):
-        return filter_rounds(
-            cfg.finetune.conflict_filter,
-            cfg.env,
-            _abs(out, records[-1].policy.weights),
-            _abs(out, records[0].demos or ""),
-            {q: stores[q] for q in useful},
-            round_dir(out, r) / "conflict_filter",
-            train_sample_weights(cfg),
-            cfg.device,
-        )
-
-
-def _finetune_config(
-    cfg: LoopConfig,
-    out: Path,
-    r: int,
-    records: list[RoundRecord],
-    folder: Path,
-    control: bool = False,
-    filt: FilterOutcome | None = None,
-) -> tuple[TrainConfig, dict[str, Any], dict[str, Any]]:
-    """Round ``r``'s fine-tuning (``control``: the same on the demos alone) in ``folder`` (``filt``:
-    without the steps the conflict filter dropped), the ``init`` entry of its record and the data it
-    sees (for the record)."""
-    f, base, prev = cfg.finetune, records[0], records[-1]
-    stores, counts, useful = _round_stores(cfg, out, r)
-    if filt is not None and not control:
-        useful = {q: n - filt.dropped.get(q, 0) for q, n in useful.items() if n > filt.dropped.get(q, 0)}
-    used = [] if control else list(useful)
-    mix = stages.mix_shares(f.demo_share, [useful[q] for q in used], f.max_passes, f.steps * f.batch_size)
-    meta = read_policy_meta(_abs(out, base.policy.weights))
-    data = DataConfig(
-        path=str(_abs(out, base.demos)),
-        extra_paths=[str(stores[q]) for q in used],
-        mix=mix,
-        val_fraction=0.0,
-        sample_weights=train_sample_weights(cfg),
-        sample_weight_mode=f.sample_weight_mode,
-        drop_steps_paths=[None, *[filt.drop_files.get(q) for q in used]] if filt and used else [],
-    )
-    parent = prev.policy.weights
-    if control and prev.control:
-        parent = prev.control.policy.weights
-    init: dict[str, Any] = {}
-    if f.mode == "ft":
-        init = {"from_weights": str(_abs(out, parent)), "normalizer": f.normalizer}
-    elif f.normalizer == "keep":
-        init = {"from_weights": str(_abs(out, base.policy.weights)), "load_weights": False}
-    tcfg = stages.train_config(
-        cfg,
-        folder,
-        data,
-        {"name": meta["policy_type"], **meta["config"]},
-        cfg.seed + r,
-        stages.optim_config(f.steps, f.batch_size, f.lr, f.warmup_steps),
-        InitConfig(**init),
-    )
-    seen = {
-        "demos": base.data["demos"],
-        "rounds": {str(q): counts[q] for q in used},
-        "mix": mix,
-        "sample_weights": data.sample_weights,
-    }
-    if filt is not None and not control:
-        seen["conflict_filter"] = filt.record
-    return tcfg, init, seen
-
-
 def _control(
     cfg: LoopConfig,
     out: Path,
@@ -325,8 +213,8 @@ def _control(
 ) -> ControlRecord:
     """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
     folder = round_dir(out, r) / "control"
-    tcfg, _, _ = _finetune_config(cfg, out, r, records, folder / "train", control=True)
-    with _timed(t, "control_finetune", hook, r):
+    tcfg, _, _ = finetune_config(cfg, out, r, records, folder / "train", control=True)
+    with timed(t, "control_finetune", hook, r):
         stages.train(tcfg)
     weights = resolve_weights(str(folder / "train"))
     prev = records[-1].control or records[-1]
@@ -334,7 +222,7 @@ def _control(
     gate = _judge(cfg, out, r, candidate, weights, prev, folder, "control", t, hook)
     if gate is not None and not gate.promoted:
         return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
-    with _timed(t, "control_eval", hook, r):
+    with timed(t, "control_eval", hook, r):
         ev = stages.evaluate(cfg, weights, folder / "eval")
     log.info("round %d control (demos only): success %s", r, success_text(ev))
     return ControlRecord(candidate, ev, gate.candidate_selection if gate else None, gate)
@@ -356,7 +244,7 @@ def _judge(
     deployed policy, timed as ``[arm_]selection``; None when the gate is off."""
     if not cfg.promotion.gated:
         return None
-    with _timed(t, f"{arm}_selection" if arm else "selection", hook, r):
+    with timed(t, f"{arm}_selection" if arm else "selection", hook, r):
         return promotion.judge(
             cfg,
             candidate,
@@ -374,7 +262,9 @@ def _deployed_selection(
     started before the gate existed, or with ``promotion.rule=always``) measured now into
     ``folder/deployed_selection``."""
     if prev.selection is None:
-        prev.selection = promotion.select(cfg, _abs(out, prev.policy.weights), folder / "deployed_selection")
+        prev.selection = promotion.select(
+            cfg, abs_path(out, prev.policy.weights), folder / "deployed_selection"
+        )
     return prev.selection
 
 
@@ -385,25 +275,17 @@ def recovery_round(
     still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
     clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
-    with _timed(t, "collect", hook, r):
+    with timed(t, "collect", hook, r):
         coll = _collect(cfg, out, r, prev)
     if isinstance(coll, WaitingForHuman):
         return coll
-    filt = _conflict_filter(cfg, out, r, records, t, hook)
-    tcfg, init, data = _finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
-    with _timed(t, "finetune", hook, r):
+    filt = conflict_filter(cfg, out, r, records, t, hook)
+    tcfg, init, data = finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
+    with timed(t, "finetune", hook, r):
         stages.train(tcfg)
     control = _control(cfg, out, r, records, t, hook) if cfg.control else None
     weights = resolve_weights(str(round_dir(out, r) / "train"))
-    if init:
-        init["from_weights"] = rel(out, init["from_weights"])
-    finetune = {
-        "mode": cfg.finetune.mode,
-        "steps": cfg.finetune.steps,
-        "init": init or None,
-        "sample_weights": dict(cfg.finetune.sample_weights),
-    }
-    demos = str(_abs(out, records[0].demos))
+    demos = str(abs_path(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)
     gate = _judge(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
     if gate is None or gate.promoted:
@@ -423,7 +305,7 @@ def recovery_round(
         round=r,
         policy=policy,
         demos=records[0].demos,
-        finetune=finetune,
+        finetune=finetune_record(cfg, out, init),
         data=data,
         collection=coll,
         control=control,

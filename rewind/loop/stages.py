@@ -6,8 +6,11 @@ threads, progress), so an option of the loop reaches every stage. Every step wri
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,19 @@ from rewind.train.config import InitConfig
 from rewind.utils.io import atomic_write_json
 
 log = logging.getLogger(__name__)
+
+#: ``hook(round, stage)`` called before each stage (tests use it to stand in for a kill).
+StageHook = Callable[[int, str], None]
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], name: str, hook: StageHook | None, r: int) -> Iterator[None]:
+    """Call ``hook(r, name)``, then time the block into ``timings[name]`` (seconds, 2 decimals)."""
+    if hook is not None:
+        hook(r, name)
+    t0 = time.perf_counter()
+    yield
+    timings[name] = round(time.perf_counter() - t0, 2)
 
 
 def collect_demos(cfg: LoopConfig, folder: Path) -> dict[str, Any]:
