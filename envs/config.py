@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 
 from rewind.config import ConfigError, require
-from rewind.envs.registry import TASKS, get_task, make_env
+from rewind.envs.registry import ALL_TASKS, check_installed, get_task, make_env
 from rewind.envs.wrappers import PerturbationConfig
 
 
@@ -19,29 +19,39 @@ class EnvConfig:
     """Which task to build and how (``configs/env/<name>.yaml``).
 
     Attributes:
-        name: task short name: one of lift, pick_place, stack3, nut_peg.
+        name: task short name: one of lift, pick_place, stack3, nut_peg, and (with the optional extra
+            ``rewind[robosuite]``, docs/robosuite.md) robosuite_lift, robosuite_can.
         max_steps: episode step limit; ``None`` keeps the task's default.
-        rgb: add a camera image ``obs["rgb"]`` (uint8 ``[image_size, image_size, 3]``).
-        image_size: side of the square camera image in pixels.
-        camera: MJCF camera name for ``rgb`` (``front`` or ``top``).
+        rgb: add a camera image ``obs["rgb"]`` (uint8 ``[image_size, image_size, 3]``; native tasks only).
+        image_size: side of the square camera image in pixels (and of rendered video frames).
+        camera: camera for ``rgb`` and videos: ``front`` or ``top`` (native tasks), ``agentview``,
+            ``frontview``, ``birdview`` or ``sideview`` (robosuite); ``None`` is the task's first.
     """
 
     name: str = "stack3"
     max_steps: int | None = None
     rgb: bool = False
     image_size: int = 96
-    camera: str = "front"
+    camera: str | None = None
 
     def __post_init__(self) -> None:
-        valid = ", ".join(TASKS)
-        require(self.name in TASKS, f"env.name must be one of [{valid}]; got '{self.name}'")
+        valid = ", ".join(ALL_TASKS)
+        require(self.name in ALL_TASKS, f"env.name must be one of [{valid}]; got '{self.name}'")
         require(
             self.max_steps is None or self.max_steps >= 1, f"env.max_steps must be >= 1; got {self.max_steps}"
         )
         require(16 <= self.image_size <= 1024, f"env.image_size must be in [16, 1024]; got {self.image_size}")
+        entry = get_task(self.name)
+        cameras = entry.cameras
         require(
-            self.camera in ("front", "top"), f"env.camera must be one of [front, top]; got '{self.camera}'"
+            self.camera is None or self.camera in cameras,
+            f"env.camera must be one of [{', '.join(cameras)}] for env {self.name}; got '{self.camera}'",
         )
+        require(not self.rgb or entry.rgb, f"env.rgb=true is not offered by env {self.name} (low-dim only)")
+        try:
+            check_installed(entry)
+        except ImportError as exc:
+            raise ConfigError(f"env {self.name}: {exc}") from None
 
     @property
     def gym_id(self) -> str:
@@ -51,9 +61,12 @@ class EnvConfig:
 
 def build_env(cfg: EnvConfig) -> gym.Env:
     """Instantiate the env described by ``cfg``."""
-    return make_env(
-        cfg.name, max_steps=cfg.max_steps, rgb=cfg.rgb, image_size=cfg.image_size, camera=cfg.camera
-    )
+    entry = get_task(cfg.name)
+    kwargs: dict[str, Any] = {"max_steps": cfg.max_steps, "image_size": cfg.image_size}
+    kwargs["camera"] = cfg.camera or entry.cameras[0]
+    if entry.rgb:
+        kwargs["rgb"] = cfg.rgb
+    return make_env(cfg.name, **kwargs)
 
 
 def perturbation_config(profile: dict[str, Any]) -> PerturbationConfig:

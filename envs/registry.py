@@ -1,4 +1,5 @@
-"""The task registry: one row per task, with its Gymnasium id, env class and scripted operator."""
+"""The task registry: one row per task, with its Gymnasium id, env class and scripted operator: the
+suite every install has (:data:`TASKS`) and the tasks of optional extras (:data:`EXTRA_TASKS`)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,30 @@ from typing import Any
 
 import gymnasium as gym
 
+from rewind.envs.robosuite import GYM_IDS, ROBOSUITE_CAMERAS
+from rewind.envs.robosuite import register as register_robosuite
+
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """Where a task lives. ``env`` and ``operator`` are ``module:Class`` paths, imported on use."""
+    """Where a task lives. ``env`` and ``operator`` are ``module:Class`` paths, imported on use.
+
+    Attributes:
+        name: the short name (the Hydra option ``env=<name>``).
+        gym_id: the registered Gymnasium id.
+        env: the env class; operator: the scripted operator class.
+        cameras: the render cameras ``env.camera`` may name; the first is the default.
+        rgb: whether the env offers a camera observation (``env.rgb=true``).
+        extra: the optional install extra the task needs (``robosuite``), or ``None``.
+    """
 
     name: str
     gym_id: str
     env: str
     operator: str
+    cameras: tuple[str, ...] = ("front", "top")
+    rgb: bool = True
+    extra: str | None = None
 
 
 TASKS: dict[str, TaskEntry] = {
@@ -48,6 +64,26 @@ TASKS: dict[str, TaskEntry] = {
         ),
     )
 }
+#: Tasks of optional install extras: robomimic's tasks on robosuite (``rewind[robosuite]``, in its own
+#: virtualenv; docs/robosuite.md). Valid ``env=`` options everywhere; kept apart from :data:`TASKS`
+#: (the suite every install has) so code that walks the suite never needs an extra.
+EXTRA_TASKS: dict[str, TaskEntry] = {
+    e.name: e
+    for e in (
+        TaskEntry(
+            f"robosuite_{task.lower()}",
+            GYM_IDS[task][0],
+            "rewind.envs.robosuite.env:RobosuiteEnv",
+            f"rewind.envs.robosuite.operators:{task}Operator",
+            cameras=ROBOSUITE_CAMERAS,
+            rgb=False,
+            extra="robosuite",
+        )
+        for task in ("Lift", "Can")
+    )
+}
+#: Every ``env=`` option: the suite, then the extras' tasks.
+ALL_TASKS: dict[str, TaskEntry] = {**TASKS, **EXTRA_TASKS}
 
 
 def _load(path: str) -> Any:
@@ -57,11 +93,20 @@ def _load(path: str) -> Any:
 
 def get_task(name: str) -> TaskEntry:
     """Look up a task by short name (``stack3``) or Gymnasium id (``rewind/Stack3-v0``)."""
-    for e in TASKS.values():
+    for e in ALL_TASKS.values():
         if name in (e.name, e.gym_id):
             return e
-    valid = ", ".join(f"{e.name} ({e.gym_id})" for e in TASKS.values())
+    valid = ", ".join(f"{e.name} ({e.gym_id})" for e in ALL_TASKS.values())
     raise KeyError(f"unknown task {name!r}; valid tasks: {valid}")
+
+
+def check_installed(entry: TaskEntry) -> None:
+    """Raise ``ImportError`` naming the extra and how to install it when ``entry`` needs an optional
+    extra this install lacks (robosuite: the package and its version pins; nothing is imported)."""
+    if entry.extra == "robosuite":
+        from rewind.envs.robosuite.compat import check_installed as check_robosuite
+
+        check_robosuite()
 
 
 def make_env(name: str, **kwargs: Any) -> gym.Env:
@@ -80,6 +125,4 @@ def register_all() -> None:
         if e.gym_id not in gym.registry:
             gym.register(id=e.gym_id, entry_point=e.env, disable_env_checker=True)
     # The robosuite ids (optional extra): registered by name only, robosuite is imported on make.
-    from rewind.envs.robosuite import register as register_robosuite
-
     register_robosuite()

@@ -17,6 +17,8 @@ GYM_IDS: dict[str, tuple[str, str]] = {
     "Can": ("rewind/robosuite-Can-v0", "PickPlaceCan"),
     "Square": ("rewind/robosuite-Square-v0", "NutAssemblySquare"),
 }
+#: The render cameras of the robomimic tasks (``env.camera``); the first is the default.
+ROBOSUITE_CAMERAS: tuple[str, ...] = ("agentview", "frontview", "birdview", "sideview")
 #: robosuite env name -> rewind task name (what a robomimic file's ``env_meta["env_name"]`` holds).
 BY_ROBOSUITE_NAME: dict[str, str] = {rs: task for task, (_, rs) in GYM_IDS.items()}
 

@@ -13,7 +13,10 @@ from types import ModuleType
 
 ROBOSUITE_PIN = "robosuite==1.5.2"
 MUJOCO_PIN = "mujoco>=3.2,<3.10"
-INSTALL_HINT = "build the extra's own virtualenv with `bash .ci/robosuite_venv.sh` (docs/robosuite.md)"
+INSTALL_HINT = (
+    "build the extra's own virtualenv with `bash .ci/robosuite_venv.sh` (or `pip install 'rewind[robosuite]'` "
+    "into a fresh one; docs/robosuite.md)"
+)
 
 
 class RobosuiteUnavailable(ImportError):
@@ -40,8 +43,9 @@ def check_versions(robosuite_version: str, mujoco_version: str) -> None:
         )
 
 
-def require_robosuite() -> ModuleType:
-    """Import and return robosuite after checking the pins (raises :class:`RobosuiteUnavailable`)."""
+def check_installed() -> None:
+    """Raise :class:`RobosuiteUnavailable` naming the extra unless robosuite and mujoco are installed
+    inside the pins (reads package metadata only: imports nothing)."""
     try:
         version = importlib.metadata.version("robosuite")
     except importlib.metadata.PackageNotFoundError:
@@ -50,6 +54,11 @@ def require_robosuite() -> ModuleType:
             f"({ROBOSUITE_PIN}, {MUJOCO_PIN}, numpy<2) in its own virtualenv; {INSTALL_HINT}"
         ) from None
     check_versions(version, importlib.metadata.version("mujoco"))
+
+
+def require_robosuite() -> ModuleType:
+    """Import and return robosuite after checking the pins (raises :class:`RobosuiteUnavailable`)."""
+    check_installed()
     import robosuite  # noqa: PLC0415 - imported on use: the base install has no robosuite
 
     return robosuite

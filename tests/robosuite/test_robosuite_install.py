@@ -52,3 +52,17 @@ def test_versions_outside_the_pin_name_it(robosuite: str, mujoco: str, pin: str)
 def test_versions_inside_the_pin_pass() -> None:
     check_versions("1.5.2", "3.9.0")
     check_versions("1.5.2", "3.3.7")
+
+
+@pytest.mark.skipif(MISSING is None, reason="robosuite is installed here")
+@pytest.mark.parametrize("env", ["robosuite_lift", "robosuite_can"])
+def test_commands_without_the_extra_say_how_to_get_it(tmp_path, capsys, env: str) -> None:
+    from helpers.train import run_cli
+
+    from rewind.scripts.collect import main as collect_main
+
+    assert run_cli(collect_main, [f"env={env}", "episodes=1", f"out_dir={tmp_path / 'c'}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"env {env}: robosuite is not installed" in err
+    assert "rewind[robosuite]" in err and "bash .ci/robosuite_venv.sh" in err
