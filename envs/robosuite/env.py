@@ -37,10 +37,14 @@ from rewind.envs.robosuite.controller import (
     composite_config,
     restore_controllers,
 )
+from rewind.envs.robosuite.rotations import quat_xyzw_to_mat, rotvec
 from rewind.envs.robosuite.tasks import OBS_KEYS, ROBOTS, get_task
 
 logger = logging.getLogger(__name__)
 
+#: OSC_POSE's default output scale: metres and radians per step at ``|a| = 1``.
+POS_SCALE = 0.05
+ORI_SCALE = 0.5
 _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BAD_WARNINGS = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
                                             mujoco.mjtWarning.mjWARN_BADQVEL)])
@@ -257,6 +261,35 @@ class RobosuiteEnv(gym.Env):
     def observation(self) -> dict[str, np.ndarray]:
         """The observation of the current state (e.g. after :meth:`restore`)."""
         return self._obs()
+
+    # ----------------------------------------------------------------- drive rewind
+    @staticmethod
+    def grip_closed_at(checkpoint_obs: dict[str, np.ndarray], obs: dict[str, np.ndarray]) -> bool:
+        """Whether the fingers were more closed at a checkpoint than now (a ``drive`` rewind closes them)."""
+
+        def opening(o: dict[str, np.ndarray]) -> float:
+            q = o["robot0_gripper_qpos"]
+            return float(q[0]) - float(q[1])
+
+        return opening(checkpoint_obs) < opening(obs) - 0.005
+
+    def drive_action(
+        self, checkpoint_obs: dict[str, np.ndarray], grip_closed: bool, pos_tol: float, ang_tol: float
+    ) -> np.ndarray | None:
+        """One OSC_POSE step of a ``drive`` rewind toward the gripper pose of ``checkpoint_obs``
+        (``robot0_eef_pos`` / ``robot0_eef_quat``), fingers closed or open; ``None`` once within
+        ``pos_tol`` (m) and ``ang_tol`` (rad)."""
+        now = self._obs()
+        pos_err = np.asarray(checkpoint_obs["robot0_eef_pos"], np.float64) - now["robot0_eef_pos"]
+        target = quat_xyzw_to_mat(checkpoint_obs["robot0_eef_quat"])
+        rot_err = rotvec(target @ quat_xyzw_to_mat(now["robot0_eef_quat"]).T)
+        if np.linalg.norm(pos_err) < pos_tol and np.linalg.norm(rot_err) < ang_tol:
+            return None
+        a = np.zeros(self.action_space.shape, dtype=np.float32)
+        a[:3] = np.clip(pos_err / POS_SCALE, -1.0, 1.0)
+        a[3:6] = np.clip(rot_err / ORI_SCALE, -1.0, 1.0)
+        a[6] = 1.0 if grip_closed else -1.0
+        return a
 
     # ----------------------------------------------------------------- rendering
     def render_camera(self, camera: str, size: int) -> np.ndarray:

@@ -14,11 +14,9 @@ import math
 import numpy as np
 
 from rewind.envs.operators.base import OperatorNoise, wrap_angle
-from rewind.envs.robosuite.env import RobosuiteEnv
+from rewind.envs.robosuite.env import ORI_SCALE, POS_SCALE, RobosuiteEnv
+from rewind.envs.robosuite.rotations import rotvec
 
-#: OSC_POSE's default output scale: metres and radians per step at |a| = 1.
-POS_SCALE = 0.05
-ORI_SCALE = 0.5
 #: The grip site's orientation at yaw pi/2 (robosuite's start): its z axis points down.
 _DOWN = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 OPEN, CLOSE = -1.0, 1.0
@@ -27,16 +25,6 @@ OPEN, CLOSE = -1.0, 1.0
 def _rotz(yaw: float) -> np.ndarray:
     c, s = math.cos(yaw), math.sin(yaw)
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-
-
-def rotvec(r: np.ndarray) -> np.ndarray:
-    """Rotation vector (axis * angle) of rotation matrix ``r`` (angles below pi)."""
-    cos = float(np.clip((np.trace(r) - 1.0) / 2.0, -1.0, 1.0))
-    angle = math.acos(cos)
-    v = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
-    if angle < 1e-6:
-        return 0.5 * v
-    return v * (angle / (2.0 * math.sin(angle)))
 
 
 class RobosuiteOperator:

@@ -60,7 +60,8 @@ class RewindConfig:
         auto_rewind: rewind at once on an alarm (the teleop tool turns this off and asks a person).
         drive_max_steps: step budget of one ``drive`` rewind.
         drive_pos_tol: position tolerance (m) at which a ``drive`` rewind has arrived.
-        drive_yaw_tol: yaw tolerance (rad) at which a ``drive`` rewind has arrived.
+        drive_yaw_tol: yaw tolerance (rad) at which a ``drive`` rewind has arrived (robosuite envs:
+            the angle of the whole orientation error).
     """
 
     mode: str = "restore"
@@ -321,6 +322,8 @@ class MonitoredEpisode:
             self.obs, self.done = self.base.observation(), False
             self.info = {"stage": self.base.stage(), "success": self.base.is_success()}
             self._reset_features()
+        elif hasattr(self.base, "grip_closed_at"):  # an env that drives back itself (robosuite)
+            plan.grip_closed = self.base.grip_closed_at(cp.obs, self.obs)
         else:
             plan.grip_closed = float(cp.obs["gripper"][0]) < float(self.obs["gripper"][0]) - 0.005
         return plan
@@ -330,6 +333,9 @@ class MonitoredEpisode:
         ``None`` when it has arrived, spent its step budget, or the episode ended (and for ``restore``)."""
         if plan.mode != "drive" or plan.steps >= self.cfg.drive_max_steps or self.done:
             return None
+        if hasattr(self.base, "drive_action"):  # the env's own controller (robosuite: OSC_POSE)
+            tol = self.cfg.drive_pos_tol, self.cfg.drive_yaw_tol
+            return self.base.drive_action(plan.checkpoint.obs, plan.grip_closed, *tol)
         target = np.asarray(plan.checkpoint.obs["eef_pos"], dtype=np.float64)
         cos, sin = plan.checkpoint.obs["eef_yaw"][:2]
         pos_err = target - self.base.gripper_pos()
