@@ -3,6 +3,7 @@ in on an alarm, rewind, correct, and record every step with its label.
 
 * :mod:`rewind.teleop.session`: :class:`TeleopSession`, the HTTP-free state machine (modes,
   commands, recording, commits);
+* :mod:`rewind.teleop.commands`: the session's modes, commands, settings and command error;
 * :mod:`rewind.teleop.controls`: key bindings and the person's input;
 * :mod:`rewind.teleop.simulation`: :class:`SimLoop`, the simulation thread (control rate, frames, state);
 * :mod:`rewind.teleop.server`: :class:`TeleopServer`, the page, MJPEG stream and JSON API;
@@ -14,10 +15,11 @@ See ``docs/teleop.md``.
 """
 
 from rewind.teleop.app import build_session, run_teleop
+from rewind.teleop.commands import COMMANDS, MODES, SessionSettings, TeleopCommandError
 from rewind.teleop.config import TeleopConfig
 from rewind.teleop.controls import ControlSettings, HumanInput
 from rewind.teleop.server import TeleopServer
-from rewind.teleop.session import COMMANDS, MODES, SessionSettings, TeleopCommandError, TeleopSession
+from rewind.teleop.session import TeleopSession
 from rewind.teleop.simulation import SimLoop
 
 __all__ = [

@@ -13,9 +13,9 @@ from rewind.config import CommandConfig, ConfigError, require
 from rewind.envs.config import EnvConfig
 from rewind.monitor.episode import check_rewind_mode
 from rewind.monitor.factory import TrackingConfig
+from rewind.teleop.commands import SessionSettings
 from rewind.teleop.controls import ControlSettings
 from rewind.teleop.guard import check_binding
-from rewind.teleop.session import SessionSettings
 from rewind.utils.device import check_device
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from rewind.teleop.commands import COMMANDS, MODES, TeleopCommandError
 from rewind.teleop.controls import COMMAND_KEYS, KEY_HELP, MOVE_KEYS, PRECISE_KEYS
 from rewind.teleop.frames import Frame
 from rewind.teleop.guard import (
@@ -43,7 +44,6 @@ from rewind.teleop.guard import (
     drain_before_close,
     loopback_refusal,
 )
-from rewind.teleop.session import COMMANDS, MODES, TeleopCommandError
 from rewind.teleop.simulation import SimLoop
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewind.monitor.episode import StepResult
+from rewind.teleop.commands import TeleopCommandError
 from rewind.teleop.frames import Frame, FrameRenderer, Latest
-from rewind.teleop.session import TeleopCommandError, TeleopSession
+from rewind.teleop.session import TeleopSession
 from rewind.utils.render import RenderBackendError
 
 log = logging.getLogger(__name__)
