@@ -8,11 +8,12 @@ import json
 
 import pytest
 import torch
+from helpers.monitor import MAX_STEPS, OFTEN, TinyMonitor, run_tiny_monitored
 from helpers.train import run_cli
 
 from rewind.envs.registry import make_env
-from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, build_library, make_score
-from rewind.monitor.checkpoints import CheckpointTracker, StageLabeler
+from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, make_score
+from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.detection import ScoreSet, scored_rollouts
 from rewind.monitor.rollouts import run_monitored
 from rewind.scripts.eval import main as eval_main
@@ -20,54 +21,30 @@ from rewind.store import ReplayStore, store_spec_for
 from rewind.train.policy_api import load_policy
 from rewind.utils.seeding import episode_noise_seed, torch_generator
 
-MAX_STEPS = 30
 SEEDS = list(range(9))  # more than 8: the batch refills from the remaining seeds
-
-
-@pytest.fixture(scope="module")
-def parts(tiny_run):
-    """The tiny policy, a checkpoint library from its demos, and a monitor that alarms often."""
-    env = make_env("lift", max_steps=MAX_STEPS)
-    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
-    with ReplayStore.open(tiny_run["store"]) as store:
-        demos = [store.load(i.id) for i in store.episodes()]
-    lib = build_library(loaded.policy, demos, env.unwrapped, StageLabeler(), loaded.weights_hash)
-    env.close()
-    monitor = Monitor(make_score("tide"), Calibration("tide", 0.5, 1, 2e-3, loaded.weights_hash))
-    return loaded, lib, monitor
 
 
 def _envs(n: int) -> list:
     return [make_env("lift", max_steps=MAX_STEPS) for _ in range(n)]
 
 
-def _run(parts, batch: int, mode: str, store=None, inference_rows: int = 10, observers=(), seeds=SEEDS):
-    loaded, lib, monitor = parts
+def _run(
+    tiny: TinyMonitor, batch: int, mode: str, store=None, inference_rows: int = 10, observers=(), seeds=SEEDS
+):
     envs = _envs(batch)
     try:
-        records, traces = run_monitored(
-            envs,
-            loaded,
-            monitor,
-            CheckpointTracker(lib, min_similarity=0.0, patience=1),
-            RewindConfig(mode=mode, max_rewinds=2, drive_max_steps=10),
-            seeds,
-            7,
-            store,
-            observers=observers,
-            progress=False,
-            inference_rows=inference_rows,
+        return run_tiny_monitored(
+            tiny, envs, mode, seeds, store, observers=observers, inference_rows=inference_rows
         )
     finally:
         for env in envs:
             env.close()
-    return [dataclasses.replace(r, monitor_ms=0.0) for r in records], traces
 
 
 @pytest.mark.parametrize("mode", ["restore", "drive"])
-def test_a_batch_of_8_equals_the_sequential_runner(parts, mode) -> None:
-    seq_records, seq_traces = _run(parts, 1, mode)
-    records, traces = _run(parts, 8, mode)
+def test_a_batch_of_8_equals_the_sequential_runner(tiny_monitor, mode) -> None:
+    seq_records, seq_traces = _run(tiny_monitor, 1, mode)
+    records, traces = _run(tiny_monitor, 8, mode)
     assert [r.seed for r in records] == SEEDS
     assert records == seq_records  # success, lengths, stages, events (alarms, checkpoints, rewinds)
     assert traces == seq_traces
@@ -78,7 +55,7 @@ def test_a_batch_of_8_equals_the_sequential_runner(parts, mode) -> None:
         assert any(e["drive_steps"] > 0 for e in rewinds) and any(r.operator_steps for r in records)
 
 
-def test_episodes_end_at_different_ticks_and_the_batch_refills(parts) -> None:
+def test_episodes_end_at_different_ticks_and_the_batch_refills(tiny_monitor) -> None:
     class Starts:
         def __init__(self) -> None:
             self.resets: list[tuple[int, int]] = []
@@ -93,14 +70,14 @@ def test_episodes_end_at_different_ticks_and_the_batch_refills(parts) -> None:
             pass
 
     starts = Starts()
-    records, _ = _run(parts, 3, "restore", observers=[starts])
+    records, _ = _run(tiny_monitor, 3, "restore", observers=[starts])
     assert sorted(s for _, s in starts.resets) == SEEDS and {i for i, _ in starts.resets} == {0, 1, 2}
     assert len({r.length for r in records}) > 1  # restore rewinds set episodes apart
 
 
-def test_at_b1_unpadded_it_is_the_monitored_episode_loop(parts) -> None:
-    loaded, lib, monitor = parts
-    records, traces = _run(parts, 1, "drive", inference_rows=0, seeds=SEEDS[:4])
+def test_at_b1_unpadded_it_is_the_monitored_episode_loop(tiny_monitor) -> None:
+    loaded, lib, monitor = tiny_monitor.loaded, tiny_monitor.library, tiny_monitor.monitor
+    records, traces = _run(tiny_monitor, 1, "drive", inference_rows=0, seeds=SEEDS[:4])
     env = make_env("lift", max_steps=MAX_STEPS)
     for rec, trace in zip(records, traces, strict=True):
         ep = MonitoredEpisode(
@@ -116,14 +93,14 @@ def test_at_b1_unpadded_it_is_the_monitored_episode_loop(parts) -> None:
     env.close()
 
 
-def test_what_reaches_the_store_equals_the_sequential_path(parts, tmp_path) -> None:
+def test_what_reaches_the_store_equals_the_sequential_path(tiny_monitor, tmp_path) -> None:
     env = make_env("lift", max_steps=MAX_STEPS)
     spec = store_spec_for(env)
     env.close()
     rows = {}
     for batch in (1, 8):
         with ReplayStore.create(tmp_path / f"b{batch}", spec) as store:
-            _run(parts, batch, "drive", store=store)
+            _run(tiny_monitor, batch, "drive", store=store)
         with ReplayStore.open(tmp_path / f"b{batch}") as store:
             infos = store.episodes()
             rows[batch] = [
@@ -135,20 +112,9 @@ def test_what_reaches_the_store_equals_the_sequential_path(parts, tmp_path) -> N
 
 
 def test_rewind_eval_with_a_monitor_gives_the_same_records_for_any_batch_size(
-    tiny_run, parts, tmp_path
+    tiny_run, tiny_monitor, tmp_path
 ) -> None:
-    loaded, _, monitor = parts
-    cal = tmp_path / "cal"
-    Calibration(
-        "tide",
-        0.5,
-        1,
-        2e-3,
-        loaded.weights_hash,
-        score_params={"dims": None},
-        env="lift",
-        n_action_steps=loaded.policy.n_action_steps,
-    ).save(cal)
+    cal = tiny_monitor.calibrations[OFTEN]
     args = [
         f"policy_path={tiny_run['train']}",
         "env=lift",
@@ -171,9 +137,9 @@ def test_rewind_eval_with_a_monitor_gives_the_same_records_for_any_batch_size(
     assert summaries[0] == summaries[1] and sum(r["rewinds"] for r in summaries[0]) > 0
 
 
-def test_scored_rollouts_of_monitor_eval_do_not_depend_on_the_batch(parts) -> None:
+def test_scored_rollouts_of_monitor_eval_do_not_depend_on_the_batch(tiny_monitor) -> None:
     """With STAC the policy samples 3 chunks per inference (per-row noise of S > 1 samples)."""
-    loaded, _, _ = parts
+    loaded = tiny_monitor.loaded
     runs = []
     for batch in (1, 4):
         scores = ScoreSet(

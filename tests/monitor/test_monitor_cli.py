@@ -2,9 +2,10 @@
 rewind-monitor-eval; and their refusals."""
 
 import json
+import shutil
 
 import numpy as np
-import torch
+from helpers.monitor import ALWAYS
 from helpers.train import run_cli
 
 from rewind.envs.registry import make_env
@@ -14,7 +15,6 @@ from rewind.monitor.episode import MonitoredEpisode, rewindable
 from rewind.scripts.calibrate import main as calibrate_main
 from rewind.scripts.eval import main as eval_main
 from rewind.scripts.monitor_eval import main as monitor_eval_main
-from rewind.train.policy_api import load_policy
 
 
 def _common(tiny_run) -> list[str]:
@@ -30,21 +30,8 @@ def test_calibrate_states_the_minimum_n(tiny_run, tmp_path, capsys) -> None:
     assert run_cli(calibrate_main, [*args[:-1], "monitor=none", f"out_dir={tmp_path / 'c2'}"]) == 2
 
 
-def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tmp_path, capsys) -> None:
-    env = make_env("lift")
-    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
-    env.close()
-    cal_dir = tmp_path / "cal"
-    Calibration(
-        "tide",
-        0.5,
-        1,
-        1e-12,
-        loaded.weights_hash,
-        score_params={"dims": None},
-        env="lift",
-        n_action_steps=loaded.policy.n_action_steps,
-    ).save(cal_dir)
+def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tiny_monitor, tmp_path, capsys) -> None:
+    cal_dir = shutil.copytree(tiny_monitor.calibrations[ALWAYS], tmp_path / "cal")  # replaced below
     store = tmp_path / "rollouts"
     args = [
         *_common(tiny_run),
@@ -111,13 +98,12 @@ def test_detection_metrics_on_known_traces() -> None:
     assert first_alarm([None, 0.5, 0.1], [1.0, 0.4, 0.0]) == 1
 
 
-def test_point_of_no_return_with_the_real_operator(tiny_run) -> None:
+def test_point_of_no_return_with_the_real_operator(tiny_monitor) -> None:
     """An object pushed off the table cannot be fetched: the search finds the step it happened."""
     from rewind.envs.registry import make_operator
 
     env = make_env("lift")
-    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
-    ep = MonitoredEpisode(env, loaded.policy)
+    ep = MonitoredEpisode(env, tiny_monitor.loaded.policy)
     ep.reset(2)
     base, snaps = env.unwrapped, []
     for t in range(0, 24, 4):

@@ -4,7 +4,6 @@ worker killed mid-run commits nothing of the unfinished episodes."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import signal
@@ -13,63 +12,36 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from helpers.monitor import ALWAYS, MAX_STEPS, TinyMonitor, run_tiny_monitored
 
 from rewind.config import to_dataclass
 from rewind.envs.registry import make_env
 from rewind.eval import EvalConfig, run_eval
-from rewind.monitor import Calibration, Monitor, RewindConfig, build_library, make_score
-from rewind.monitor.checkpoints import CheckpointTracker, StageLabeler
-from rewind.monitor.rollouts import run_monitored
 from rewind.rollout.workers import EnvWorkers, WorkerError
 from rewind.store import ReplayStore, store_spec_for
 from rewind.store.verify import verify_store
-from rewind.train.policy_api import load_policy
 
-MAX_STEPS = 30
 SEEDS = list(range(6))
 LIFT = functools.partial(make_env, "lift", max_steps=MAX_STEPS)
 
 
-@pytest.fixture(scope="module")
-def parts(tiny_run: dict[str, Path]) -> tuple[Any, Any, Monitor]:
-    """The tiny policy, a checkpoint library from its demos, and a monitor that alarms often."""
-    env = LIFT()
-    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
-    with ReplayStore.open(tiny_run["store"]) as store:
-        demos = [store.load(i.id) for i in store.episodes()]
-    lib = build_library(loaded.policy, demos, env.unwrapped, StageLabeler(), loaded.weights_hash)
-    env.close()
-    monitor = Monitor(make_score("tide"), Calibration("tide", 0.5, 1, 2e-3, loaded.weights_hash))
-    return loaded, lib, monitor
-
-
-def _run(parts: tuple, envs: Any, mode: str, store: Any = None, observers: Any = ()) -> tuple[list, list]:
-    loaded, lib, monitor = parts
-    records, traces = run_monitored(
-        envs,
-        loaded,
-        monitor,
-        CheckpointTracker(lib, min_similarity=0.0, patience=1),
-        RewindConfig(mode=mode, max_rewinds=2, drive_max_steps=10),
-        SEEDS,
-        7,
-        store,
-        observers=observers,
-        progress=False,
-    )
-    return [dataclasses.replace(r, monitor_ms=0.0) for r in records], traces
+def _run(
+    tiny: TinyMonitor, envs: Any, mode: str, store: Any = None, observers: Any = ()
+) -> tuple[list, list]:
+    return run_tiny_monitored(tiny, envs, mode, SEEDS, store, observers=observers)
 
 
 @pytest.mark.parametrize("mode", ["restore", "drive"])
-def test_monitored_batch_over_workers_equals_in_process(parts: tuple, mode: str, tmp_path: Path) -> None:
+def test_monitored_batch_over_workers_equals_in_process(
+    tiny_monitor: TinyMonitor, mode: str, tmp_path: Path
+) -> None:
     env = LIFT()
     spec = store_spec_for(env)
     local = [env, LIFT(), LIFT()]
     with ReplayStore.create(tmp_path / "here", spec) as store:
-        here = _run(parts, local, mode, store)
+        here = _run(tiny_monitor, local, mode, store)
     with EnvWorkers(LIFT, 3, 2) as pool, ReplayStore.create(tmp_path / "there", spec) as store:
-        there = _run(parts, pool, mode, store)
+        there = _run(tiny_monitor, pool, mode, store)
     for e in local:
         e.close()
     assert there == here  # records (success, lengths, stages, alarms, checkpoints, rewinds) and traces
@@ -99,13 +71,15 @@ class _Kill:
             os.kill(self.pool.pids[self.w], signal.SIGKILL)
 
 
-def test_killed_worker_in_a_monitored_run_commits_no_unfinished_episode(parts: tuple, tmp_path: Path) -> None:
+def test_killed_worker_in_a_monitored_run_commits_no_unfinished_episode(
+    tiny_monitor: TinyMonitor, tmp_path: Path
+) -> None:
     env = LIFT()
     with EnvWorkers(LIFT, 3, 2) as pool, ReplayStore.create(tmp_path / "s", store_spec_for(env)) as store:
         with pytest.raises(
             WorkerError, match=r"^environment worker 0 \(pid \d+\) died \(killed by SIGKILL\)"
         ):
-            _run(parts, pool, "restore", store, observers=[_Kill(pool, 0, after=3 * 5)])
+            _run(tiny_monitor, pool, "restore", store, observers=[_Kill(pool, 0, after=3 * 5)])
         committed = [e.seed for e in store.episodes()]
     env.close()
     assert committed == []  # no episode had ended: none reaches the store, not even in part
@@ -114,20 +88,11 @@ def test_killed_worker_in_a_monitored_run_commits_no_unfinished_episode(parts: t
 
 
 def test_monitored_eval_with_two_workers_equals_in_process(
-    parts: tuple, tmp_path: Path, tiny_run: dict
+    tiny_monitor: TinyMonitor, tmp_path: Path, tiny_run: dict
 ) -> None:
-    loaded = parts[0]
-    cal = tmp_path / "cal"  # a threshold every score crosses: alarms and drive rewinds in every episode
-    Calibration(
-        "tide",
-        0.5,
-        1,
-        1e-12,
-        loaded.weights_hash,
-        score_params={"dims": None},
-        env="lift",
-        n_action_steps=loaded.policy.n_action_steps,
-    ).save(cal)
+    cal = tiny_monitor.calibrations[
+        ALWAYS
+    ]  # every score crosses it: alarms and drive rewinds in every episode
     summaries = []
     for workers in (0, 2):
         (tmp_path / f"ev{workers}").mkdir()  # the CLI makes out_dir; run_eval writes the rewind plots there
