@@ -13,7 +13,8 @@ a temp name, flush + fsync, ``os.replace`` to ``ep_<id>.h5``, fsync the folder, 
 index row (with the content hash) in one transaction. Readers only see episodes that have a row,
 so an episode appears atomically; a file without a row (writer killed between rename and insert,
 or an index rolled back) is invisible and moved aside by the next writer, and its id is never
-reused (``rewind.store.orphans``). Every :meth:`ReplayStore.load` checks the content hash.
+reused (``rewind.store.orphans``). Every :meth:`ReplayStore.load` checks the content hash. A commit
+the filesystem refuses (a full disk) is a one-line :class:`StoreError` naming the store and the episode.
 """
 
 from __future__ import annotations
@@ -315,15 +316,28 @@ class ReplayStore:
         codes, counts = np.unique(arrays["sources"], return_counts=True)
         source_counts = {SOURCES[c]: int(n) for c, n in zip(codes, counts, strict=True)}
         eid = max(idx.next_episode_id(self._conn), self._min_next_id)
-        rel, digest = write_episode_file(self._root, eid, self._spec, arrays, meta)
         try:
-            idx.insert_row(self._conn, eid, rel, length, meta, source_counts, digest)
-        except BaseException:
-            self._drop_uncommitted(eid, rel)
-            raise
+            rel, digest = write_episode_file(self._root, eid, self._spec, arrays, meta)
+            try:
+                idx.insert_row(self._conn, eid, rel, length, meta, source_counts, digest)
+            except BaseException:
+                self._drop_uncommitted(eid, rel)
+                raise
+        except (OSError, sqlite3.OperationalError) as exc:  # a full disk, a lost mount, a read-only folder
+            raise StoreError(self._not_committed(eid, meta, exc)) from exc
         self._min_next_id = eid + 1
         self.refresh()
         return self._infos[eid]
+
+    def _not_committed(self, eid: int, meta: dict[str, Any], exc: BaseException) -> str:
+        """The one-line message of a commit the filesystem refused (``exc``)."""
+        seed = f" (seed {meta['seed']})" if meta.get("seed") is not None else ""
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = (reason.strip().splitlines() or [type(exc).__name__])[0]
+        return (
+            f"store {self._root}: episode {eid}{seed} was not committed ({reason}); "
+            f"the {len(self._infos)} episode(s) committed before are intact"
+        )
 
     def _drop_uncommitted(self, eid: int, rel: str) -> None:
         """After a failed insert: delete the file only if its row surely does not exist."""
