@@ -13,7 +13,7 @@ from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import MonitorConfig
-from rewind.rollout.workers import RolloutConfig
+from rewind.rollout.config import RolloutConfig
 from rewind.utils.device import check_device
 
 
@@ -91,13 +91,10 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
-        if self.rollout.backend == "ray":
+        if self.rollout.backend == "ray":  # (rollout.workers with ray is refused by RolloutConfig)
             require(
                 not self.video.episodes,
                 "video.episodes needs rollout.backend=local (videos are rendered where an episode runs)",
-            )
-            require(
-                not self.rollout.workers, "rollout.workers needs rollout.backend=local; use rollout.actors"
             )
         self._perturbation = perturbation_config(self.perturb)
 

@@ -30,7 +30,8 @@ from rewind.monitor.episode import Monitor, RewindConfig
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.scores import FailureScore
-from rewind.rollout.workers import EnvFactory, RolloutConfig, open_envs
+from rewind.rollout.config import RolloutConfig, require_local
+from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device
@@ -77,6 +78,7 @@ class CalibrateConfig(CommandConfig):
         require(self.max_demos >= 1, f"max_demos must be >= 1; got {self.max_demos}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         check_device(self.device)
+        require_local(self.rollout, "rewind-calibrate")
 
 
 def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal: Any) -> None:

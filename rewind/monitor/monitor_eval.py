@@ -36,7 +36,8 @@ from rewind.monitor.episode import MonitoredEpisode
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, score_params
 from rewind.monitor.monitor_plots import plot_roc, plot_traces
 from rewind.monitor.scores import SCORES
-from rewind.rollout.workers import EnvFactory, RolloutConfig, open_envs
+from rewind.rollout.config import RolloutConfig, require_local
+from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, load_policy
 from rewind.utils.device import check_device, resolve_device
@@ -88,6 +89,7 @@ class MonitorEvalConfig(CommandConfig):
         require(bool(self.detectors), "detectors: give at least one")
         require(self.cal_episodes >= 1 and self.episodes >= 1, "cal_episodes and episodes must be >= 1")
         check_device(self.device)
+        require_local(self.rollout, "rewind-monitor-eval")
         for c in self.conditions:
             load_profile(c)
 

@@ -12,8 +12,9 @@ threads in the parent) and hands out one :class:`WorkerEnv` proxy per env. Env `
 * A proxy behaves like the env for what rollouts call: ``reset``, ``step``, ``snapshot``/``restore``
   (of the outermost layer that has them; bit-exact through the boundary), ``render`` and
   ``unwrapped.<anything>`` (``physics_state()`` and ``elapsed_steps`` are served without a round trip).
-* A worker that dies raises :class:`WorkerError` naming the worker and the seeds it was running; the
-  pool is closed then (the other workers stop too). A pool is closed by :meth:`EnvWorkers.close`, on
+* A worker that dies, or hangs (no reply within ``step_timeout_s``: it is killed), raises
+  :class:`WorkerError` naming the worker and the seeds it was running; the pool is closed then (the
+  other workers stop too). A pool is closed by :meth:`EnvWorkers.close`, on
   garbage collection, or at interpreter exit; its workers also exit when this process dies.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,9 +35,15 @@ import numpy as np
 from rewind.config import check_choice, check_range, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.envs.wrappers import PerturbationConfig, apply_perturbations
+from rewind.rollout.config import (
+    BACKENDS,
+    START_METHODS,
+    START_TIMEOUT_S,
+    STEP_TIMEOUT_S,
+    RolloutConfig,
+)
 from rewind.rollout.pool import StepOutcome, rejected
 from rewind.rollout.proxies import RemoteTask, WorkerEnv
-from rewind.rollout.ray_backend import RayOptions
 from rewind.rollout.worker_loop import Sync, serve
 from rewind.rollout.workers_io import (
     Resources,
@@ -48,59 +56,10 @@ from rewind.rollout.workers_io import (
 
 log = logging.getLogger(__name__)
 
-START_METHODS = ("forkserver", "spawn")
-#: where rollouts run: ``local`` (this process, its workers) or ``ray`` (Ray actors, rewind.rollout.ray_backend)
-BACKENDS = ("local", "ray")
-
 
 class WorkerError(ValueError):
-    """An environment worker died or could not start. A ``ValueError`` subclass defined in rewind, so
-    commands report it as one line (exit status 2), like a store error."""
-
-
-@dataclass
-class RolloutConfig:
-    """How a command steps its envs (the ``rollout`` node).
-
-    Attributes:
-        workers: 0 steps the envs in this process; ``N >= 1`` steps them in ``N`` worker processes
-            (never more than there are envs), the policy batched in this process. Results are
-            identical either way.
-        start_method: how workers start: ``forkserver`` (one clean server process forks them) or
-            ``spawn``. Never ``fork``: torch threads in the parent do not survive a fork.
-        batch_size: monitored episodes stepped in lockstep (``rewind.monitor.batched``; 1: one at a
-            time). Results do not depend on it.
-        inference_rows: rows of every batched policy inference of monitored episodes (padded), so
-            that an episode's result does not depend on the batch; part of the result (0: unpadded,
-            fastest at ``batch_size=1``, equal across batch sizes only to float precision).
-        backend: ``local`` runs the episodes in this process; ``ray`` shards the seeds over Ray actors
-            (each with its own policy copy; the same records; ``docs/rollouts.md`` "Ray").
-        address, actors, actor_cpus, actor_gpus, max_retries: the Ray run
-            (:class:`~rewind.rollout.ray_backend.RayOptions`; ``address`` null: a local Ray instance).
-    """
-
-    workers: int = 0
-    start_method: str = "forkserver"
-    batch_size: int = 10
-    inference_rows: int = 10
-    backend: str = "local"
-    address: str | None = None
-    actors: int = 2
-    actor_cpus: float = 1.0
-    actor_gpus: float = 0.0
-    max_retries: int = 2
-
-    def __post_init__(self) -> None:
-        check_choice("rollout.backend", self.backend, BACKENDS)
-        self.ray_options()  # checks the Ray fields
-        check_range("rollout.batch_size", self.batch_size, 1)
-        check_range("rollout.inference_rows", self.inference_rows, 0)
-        check_range("rollout.workers", self.workers, 0, 256)
-        check_choice("rollout.start_method", self.start_method, START_METHODS)
-
-    def ray_options(self) -> RayOptions:
-        """The Ray fields as :class:`~rewind.rollout.ray_backend.RayOptions`."""
-        return RayOptions(self.address, self.actors, self.actor_cpus, self.actor_gpus, self.max_retries)
+    """An environment worker died, hung or could not start. A ``ValueError`` subclass defined in
+    rewind, so commands report it as one line (exit status 2), like a store error."""
 
 
 @dataclass(frozen=True)
@@ -124,19 +83,28 @@ class EnvWorkers(Sequence[WorkerEnv]):
         num_envs: envs in the pool; env ``i`` lives in worker ``i % workers``.
         workers: worker processes (capped at ``num_envs``).
         start_method: ``forkserver`` or ``spawn``.
+        step_timeout_s: seconds a worker may take to answer one command before it counts as hung
+            (``rollout.step_timeout_s``; starting gets at least ``START_TIMEOUT_S``; 0: wait forever).
 
     Raises:
-        WorkerError: a worker died while starting. An exception raised by ``factory`` in a worker is
-            raised here as it was.
+        WorkerError: a worker died or hung while starting. An exception raised by ``factory`` in a
+            worker is raised here as it was.
     """
 
     def __init__(
-        self, factory: Callable[[], gym.Env], num_envs: int, workers: int, start_method: str = "forkserver"
+        self,
+        factory: Callable[[], gym.Env],
+        num_envs: int,
+        workers: int,
+        start_method: str = "forkserver",
+        step_timeout_s: float = STEP_TIMEOUT_S,
     ) -> None:
         require(num_envs >= 1, f"num_envs must be >= 1; got {num_envs}")
         check_range("rollout.workers", workers, 1)
         check_choice("rollout.start_method", start_method, START_METHODS)
+        check_range("rollout.step_timeout_s", step_timeout_s, 0)
         self.num_workers = min(workers, num_envs)
+        self.step_timeout_s = float(step_timeout_s)
         self._owner = [g % self.num_workers for g in range(num_envs)]
         self._seeds: list[int | None] = [None] * num_envs
         self._elapsed: list[int | None] = [None] * num_envs
@@ -166,11 +134,12 @@ class EnvWorkers(Sequence[WorkerEnv]):
                 proc.start()
             child.close()
         starting = dict.fromkeys(range(self.num_workers))
-        first = self._exchange(starting, lambda w: "starting")
+        patience = max(self.step_timeout_s, START_TIMEOUT_S) if self.step_timeout_s else 0.0
+        first = self._exchange(starting, lambda w: "starting", patience)
         self.layout, self.observation_space, self.action_space, self.metadata, self.render_mode = first[0]
         res.shm = SharedMemory(create=True, size=num_envs * self.layout.size)
         res.views = [self.layout.views(res.shm.buf, g) for g in range(num_envs)]
-        self._exchange({w: ("attach", res.shm.name) for w in starting}, lambda w: "starting")
+        self._exchange({w: ("attach", res.shm.name) for w in starting}, lambda w: "starting", patience)
         log.debug("%d env workers started (%d envs)", self.num_workers, num_envs)
 
     def close(self) -> None:
@@ -301,15 +270,20 @@ class EnvWorkers(Sequence[WorkerEnv]):
         return {k: views[k].copy() for k in orders[oid]}
 
     # ------------------------------------------------------------------ messages
-    def _exchange(self, messages: dict[int, Any], doing: Callable[[int], str]) -> dict[int, Any]:
-        """Send each worker its message (``None``: send nothing, only wait), wait for every reply.
+    def _exchange(
+        self, messages: dict[int, Any], doing: Callable[[int], str], timeout_s: float | None = None
+    ) -> dict[int, Any]:
+        """Send each worker its message (``None``: send nothing, only wait), wait for every reply, all
+        within ``timeout_s`` (default :attr:`step_timeout_s`; 0: no limit).
 
         Raises:
-            WorkerError: a worker died (the pool is closed).
+            WorkerError: a worker died or hung (the pool is closed).
             Exception: the first error a worker reported, as it raised it (the pool stays usable).
         """
         self._check_open()
         res = self._res
+        timeout_s = self.step_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s if timeout_s else None
         for w, message in messages.items():
             if message is not None:
                 try:
@@ -319,7 +293,7 @@ class EnvWorkers(Sequence[WorkerEnv]):
         replies = {}
         try:  # a worker's end of its pipe is open in that worker only: its death is an EOF here
             for w in messages:
-                replies[w] = self._receive(w, doing)
+                replies[w] = self._receive(w, doing, deadline, timeout_s)
         except BaseException:  # Ctrl-C while waiting: replies would be left in the pipes, so close
             self.close()
             raise
@@ -335,16 +309,37 @@ class EnvWorkers(Sequence[WorkerEnv]):
         if self.closed:
             raise WorkerError(self._res.broken or "the environment workers are closed")
 
-    def _receive(self, w: int, doing: Callable[[int], str]) -> tuple[str, Any]:
+    def _receive(
+        self, w: int, doing: Callable[[int], str], deadline: float | None, timeout_s: float
+    ) -> tuple[str, Any]:
+        conn = self._res.conns[w]
         try:
-            return self._res.conns[w].recv()
+            if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
+                self._hung(w, doing(w), timeout_s)
+            return conn.recv()
+        except WorkerError:
+            raise
         except Exception:  # noqa: BLE001 - EOF or a torn message: the worker is gone
             self._died(w, doing(w))
             raise AssertionError("unreachable") from None
 
+    def _hung(self, w: int, doing: str, timeout_s: float) -> None:
+        """Worker ``w`` did not answer in time: kill it, stop the pool, raise the one-line error."""
+        proc = self._res.procs[w]
+        proc.kill()
+        proc.join()
+        message = (
+            f"environment worker {w} (pid {proc.pid}) did not answer within {timeout_s:g} s "
+            f"(rollout.step_timeout_s={self.step_timeout_s:g}) while {doing}; the worker pool was stopped"
+        )
+        self._stop(message)
+
     def _died(self, w: int, doing: str) -> None:
         proc = self._res.procs[w]
-        message = f"environment worker {w} (pid {proc.pid}) died ({death_cause(proc)}) while {doing}"
+        self._stop(f"environment worker {w} (pid {proc.pid}) died ({death_cause(proc)}) while {doing}")
+
+    def _stop(self, message: str) -> None:
+        """Close the pool as broken by ``message`` and raise it as a :class:`WorkerError`."""
         self._res.broken = message
         log.error("%s", message)
         self.close()
@@ -358,7 +353,7 @@ def open_envs(
     """``num_envs`` envs: in this process (``cfg.workers == 0``; ``first``, when given, is env 0 and
     stays open) or an :class:`EnvWorkers` pool; closed at the end of the block."""
     if cfg.workers:
-        with EnvWorkers(factory, num_envs, cfg.workers, cfg.start_method) as pool:
+        with EnvWorkers(factory, num_envs, cfg.workers, cfg.start_method, cfg.step_timeout_s) as pool:
             yield pool
         return
     envs = [first] if first is not None else []
@@ -371,6 +366,7 @@ def open_envs(
 
 
 __all__ = [
+    "BACKENDS",
     "START_METHODS",
     "EnvFactory",
     "EnvWorkers",

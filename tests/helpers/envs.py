@@ -1,8 +1,13 @@
-"""Helpers of the env tests: make a task env or operator, skipping only while its module does not exist."""
+"""Helpers of the env tests: make a task env or operator, skipping only while its module does not exist;
+an env that hangs (for the env-worker fault tests)."""
 
 from __future__ import annotations
 
 import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -45,3 +50,37 @@ def make_operator(name: str, **kwargs):
 def obs_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     """Bit-identical observation dicts."""
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+class _HangOnStep(gym.Wrapper):
+    """Sleeps ``seconds`` in step ``after`` of an episode reset with seed ``seed`` (a hung env)."""
+
+    def __init__(self, env: gym.Env, seed: int, after: int, seconds: float) -> None:
+        super().__init__(env)
+        self.hang_seed, self.after, self.seconds = seed, after, seconds
+        self.armed, self.steps = False, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        self.armed, self.steps = seed == self.hang_seed, 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple:
+        self.steps += 1
+        if self.armed and self.steps == self.after:
+            time.sleep(self.seconds)
+        return self.env.step(action)
+
+
+@dataclass(frozen=True)
+class HangingEnvFactory:
+    """A picklable env factory (for env workers) whose env hangs: ``base()`` wrapped so that step
+    ``after`` of the episode with seed ``seed`` sleeps ``seconds`` before it steps."""
+
+    base: Callable[[], gym.Env]
+    seed: int
+    after: int = 3
+    seconds: float = 3600.0
+
+    def __call__(self) -> gym.Env:
+        """Build the env."""
+        return _HangOnStep(self.base(), self.seed, self.after, self.seconds)
