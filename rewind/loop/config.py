@@ -19,6 +19,7 @@ from rewind.loop.label_conflict import ConflictFilterConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import check_rewind_mode
 from rewind.monitor.factory import MonitorConfig
+from rewind.rollout.config import RolloutConfig
 from rewind.train.config import NORMALIZER_MODES, SAMPLE_WEIGHT_MODES, policy_config
 from rewind.utils.device import check_device
 
@@ -295,6 +296,11 @@ class LoopConfig(CommandConfig):
             ``collect_seed + (r - 1) * episodes_per_round``).
         base / recovery / finetune / monitor / calibration / eval: see their classes.
         seed: seeds the training runs (round ``r`` trains with ``seed + r``).
+        rollout: how the calibration and evaluation rollouts run (the ``rollout`` node of
+            ``rewind-eval`` and ``rewind-calibrate``: ``rollout.workers``, ``rollout.batch_size``,
+            ``rollout.backend=ray`` for the evaluations; calibration always runs here, with workers).
+            The results do not depend on it (``inference_rows`` aside); the collection with a recovery
+            source runs one episode at a time in this process whatever it says (``docs/rollouts.md``).
         control: every round also fine-tunes a control policy the same way on the demos alone (same
             steps and seed; its own lineage from the base) and evaluates it on the same seeds: what the
             round's new data adds beyond more training.
@@ -314,6 +320,7 @@ class LoopConfig(CommandConfig):
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     seed: int = 0
     control: bool = True
     device: str = "cpu"

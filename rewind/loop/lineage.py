@@ -33,6 +33,9 @@ IDENTITY = "loop.json"
 RECORD = "round.json"
 #: Config keys a resumed loop may change.
 RESUMABLE = ("out_dir", "rounds", "progress", "device", "num_threads", "wandb")
+#: The ``rollout`` settings that are part of a loop's results (the others only say where and how many
+#: rollouts run at once, and may change on resume).
+ROLLOUT_IDENTITY = ("inference_rows",)
 
 
 def round_dir(out: Path, r: int) -> Path:
@@ -43,6 +46,8 @@ def round_dir(out: Path, r: int) -> Path:
 def identity(cfg: Any) -> dict[str, Any]:
     """The part of the loop config a resumed loop must share (JSON-normalised)."""
     full = as_json(dataclasses.asdict(cfg))
+    if isinstance(full.get("rollout"), dict):
+        full["rollout"] = {k: v for k, v in full["rollout"].items() if k in ROLLOUT_IDENTITY}
     return {k: v for k, v in full.items() if k not in RESUMABLE}
 
 
@@ -68,7 +73,7 @@ def _with_added_keys(saved: Any, now: Any) -> Any:
 
 def check_identity(out: Path, cfg: Any) -> bool:
     """Write ``loop.json`` on a first start; on a restart refuse a config that differs in a key other
-    than :data:`RESUMABLE`. Returns ``True`` when the loop resumes."""
+    than :data:`RESUMABLE` (or a ``rollout`` setting outside :data:`ROLLOUT_IDENTITY`). Returns ``True`` when the loop resumes."""
     path = out / IDENTITY
     now = identity(cfg)
     if not path.exists():
@@ -82,7 +87,8 @@ def check_identity(out: Path, cfg: Any) -> bool:
     if changed:
         raise ConfigError(
             f"out_dir {out} holds a loop started with other settings ({', '.join(changed[:6])}); only "
-            f"{', '.join(RESUMABLE)} may change on resume: use the same overrides or another out_dir"
+            f"{', '.join(RESUMABLE)} and rollout (but rollout.inference_rows) may change on resume: use the "
+            "same overrides or another out_dir"
         )
     return True
 

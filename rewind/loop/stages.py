@@ -110,8 +110,9 @@ def optim_config(steps: int, batch_size: int, lr: float, warmup: int) -> OptimCo
 
 def calibrate_config(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> CalibrateConfig:
     """The :class:`CalibrateConfig` of a round's calibration in ``folder``: ``weights``, the loop's env
-    node, monitor (a copy), ``calibration`` settings (episodes, seed, demos), device, threads and
-    progress; ``n_action_steps`` as trained."""
+    node, monitor (a copy), ``calibration`` settings (episodes, seed, demos), device, threads,
+    progress and ``rollout`` node (on the local backend: calibration does not run on Ray);
+    ``n_action_steps`` as trained."""
     c = cfg.calibration
     return CalibrateConfig(
         out_dir=str(folder),
@@ -125,6 +126,7 @@ def calibrate_config(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
         device=cfg.device,
         num_threads=cfg.num_threads,
         progress=cfg.progress,
+        rollout=dataclasses.replace(cfg.rollout, backend="local"),
     )
 
 
@@ -180,7 +182,8 @@ def eval_config(
     seeds: tuple[int, int] | None = None,
 ) -> EvalConfig:
     """The :class:`EvalConfig` of a round's evaluation: the loop's env node (every option: ``max_steps``,
-    ``rgb``, ``image_size``, ``camera``), seeds, device and threads; with ``calibration`` the loop's
+    ``rgb``, ``image_size``, ``camera``), seeds, device, threads and ``rollout`` node (workers, batch
+    size, Ray); with ``calibration`` the loop's
     monitor and test-time rewind (``restore``, at most 3 per episode). ``seeds``: ``(first seed, episodes)``
     instead of the evaluation seeds."""
     e = cfg.eval
@@ -199,6 +202,7 @@ def eval_config(
         progress=cfg.progress,
         monitor=dataclasses.replace(cfg.monitor, calibration=calibration) if monitored else MonitorConfig(),
         rewind=RewindConfig(mode="restore", max_rewinds=3) if monitored else RewindConfig(),
+        rollout=dataclasses.replace(cfg.rollout),
     )
 
 
