@@ -4,6 +4,7 @@ an env that hangs (for the env-worker fault tests)."""
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,3 +85,12 @@ class HangingEnvFactory:
     def __call__(self) -> gym.Env:
         """Build the env."""
         return _HangOnStep(self.base(), self.seed, self.after, self.seconds)
+
+
+def pid_gone(pid: int) -> bool:
+    """No process with ``pid`` exists any more (a stopped worker was reaped or killed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers.envs import pid_gone
 
 from rewind.cli.app import is_user_error
 from rewind.config import ConfigError, to_dataclass
@@ -48,14 +49,6 @@ def _eval_config(out: Path, policy_path: Path, workers: int, **overrides: Any) -
         **overrides,
     }
     return to_dataclass(node, EvalConfig)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_eval_with_two_workers_equals_in_process(tmp_path: Path, tiny_run: dict[str, Path]) -> None:
@@ -155,7 +148,7 @@ def test_killed_worker_is_one_line_naming_its_seeds_and_commits_nothing_partial(
         assert "\n" not in message and is_user_error(info.value)
         assert message.startswith("environment worker 1 (pid ") and "killed by SIGKILL" in message
         assert message.endswith("while running seeds 11, 13")
-        assert pool.closed and all(_gone(pid) for pid in pool.pids)  # the other worker stopped too
+        assert pool.closed and all(pid_gone(pid) for pid in pool.pids)  # the other worker stopped too
         with pytest.raises(WorkerError, match="died"):
             pool[0].reset(seed=0)
         assert len(store) == 4 and [e.seed for e in store.episodes()] == [0, 1, 2, 3]
@@ -166,11 +159,11 @@ def test_killed_worker_is_one_line_naming_its_seeds_and_commits_nothing_partial(
 def test_close_leaves_no_process_and_no_shared_block() -> None:
     pool = EnvWorkers(LIFT, 3, 2)
     pids, shm = pool.pids, Path("/dev/shm") / pool._res.shm.name.lstrip("/")  # type: ignore[union-attr]
-    assert len(pids) == 2 and shm.exists() and not any(_gone(p) for p in pids)
+    assert len(pids) == 2 and shm.exists() and not any(pid_gone(p) for p in pids)
     pool[2].reset(seed=1)
     pool.close()
     pool.close()  # twice is fine
-    assert all(_gone(p) for p in pids) and not shm.exists()
+    assert all(pid_gone(p) for p in pids) and not shm.exists()
     with pytest.raises(WorkerError, match="closed"):
         pool[2].step(np.zeros(5, np.float32))
 

@@ -5,14 +5,13 @@ node's checks (timeouts, Ray only where a command runs on Ray)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers.envs import HangingEnvFactory
+from helpers.envs import HangingEnvFactory, pid_gone
 
 from rewind.cli.app import is_user_error
 from rewind.config import ConfigError, to_dataclass
@@ -27,14 +26,6 @@ from rewind.store.verify import verify_store
 from rewind.train.policy_api import load_policy
 
 LIFT = EnvFactory(EnvConfig(name="lift", max_steps=16))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_a_hung_worker_is_killed_and_named_with_its_seeds_and_the_timeout(
@@ -61,7 +52,7 @@ def test_a_hung_worker_is_killed_and_named_with_its_seeds_and_the_timeout(
         r"running seeds 11, 13; the worker pool was stopped",
         message,
     ), message
-    assert pool.closed and all(_gone(p) for p in pids) and not shm.exists()
+    assert pool.closed and all(pid_gone(p) for p in pids) and not shm.exists()
     with pytest.raises(WorkerError, match="did not answer within 3 s"):
         pool[0].reset(seed=0)
     report = verify_store(tmp_path / "store")
