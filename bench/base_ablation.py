@@ -41,7 +41,7 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
     ),
     "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
     "batch64": (
-        "batch 64 instead of 256: about 4x the updates per minute of training",
+        "batch 64 instead of 256: more updates per minute of training",
         ["train.batch_size=64"],
         [],
         None,
