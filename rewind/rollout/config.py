@@ -51,11 +51,12 @@ class RolloutConfig:
     batch_size: int = 10
     inference_rows: int = 10
     backend: str = "local"
-    address: str | None = None
-    actors: int = 2
-    actor_cpus: float = 1.0
-    actor_gpus: float = 0.0
-    max_retries: int = 2
+    # the Ray fields, flat on the command line; their defaults are RayOptions' (one source of truth)
+    address: str | None = RayOptions.address
+    actors: int = RayOptions.actors
+    actor_cpus: float = RayOptions.actor_cpus
+    actor_gpus: float = RayOptions.actor_gpus
+    max_retries: int = RayOptions.max_retries
 
     def __post_init__(self) -> None:
         check_choice("rollout.backend", self.backend, BACKENDS)
