@@ -94,6 +94,23 @@ VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
         ["data.source_boundaries=respect"],
         "LATE",
     ),
+    # issue 12 on robosuite Can (RaC rounds: correction + drive-back "recovery" segments)
+    "corrections_only": (
+        "as_loop on the correction segments only (the drive-back recovery segments at weight 0)",
+        ["+data.sample_weights={policy: 0.0, pre_intervention: 0.0, recovery: 0.0}"],
+        None,
+    ),
+    "recovery_only": (
+        "as_loop on the drive-back recovery segments only (the corrections at weight 0)",
+        ["+data.sample_weights={policy: 0.0, pre_intervention: 0.0, correction: 0.0}"],
+        None,
+    ),
+    "conflict_filtered": (
+        "as_loop without the steps the label-conflict filter drops (--drop-steps: a loop's "
+        "round_RR/conflict_filter/round_QQ.json)",
+        ["data.drop_steps_paths=DROP"],
+        None,
+    ),
     "as_loop_pinned": (
         "as_loop's weights, evaluated with the near-constant observation channels pinned to the "
         "demo centre (no training)",
@@ -124,7 +141,7 @@ def own_successes(a: argparse.Namespace) -> str:
         [
             rewind_bin("rewind-eval"),
             f"policy_path={Path(a.base_weights).parent.parent}",
-            "env=stack3",
+            f"env={a.env}",
             "episodes=100",
             "seed=50000",
             "num_threads=2",
@@ -227,7 +244,7 @@ def variant_store(store: str | None, a: argparse.Namespace) -> str | None:
         run_once(
             [
                 rewind_bin("rewind-collect"),
-                "env=stack3",
+                f"env={a.env}",
                 "episodes=40",
                 "seed=1000",
                 f"out={root / 'new_demos'}",
@@ -265,10 +282,15 @@ def pinned_weights(a: argparse.Namespace, rel: float = 0.05) -> tuple[Path, list
     return out, pinned
 
 
-def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
-    """Fine-tune and evaluate one variant; its result row."""
+def variant_dir(name: str, seed: int) -> str:
+    """A variant's folder under ``--root``: its name for fine-tuning seed 1, ``<name>_s<seed>`` else."""
+    return name if seed == 1 else f"{name}_s{seed}"
+
+
+def run_variant(name: str, a: argparse.Namespace, seed: int = 1) -> dict[str, Any]:
+    """Fine-tune (seed ``seed``) and evaluate one variant; its result row."""
     what, extra, store = VARIANTS[name]
-    out = Path(a.root) / name
+    out = Path(a.root) / variant_dir(name, seed)
     weights = Path(a.base_weights)
     if name.startswith("obs_clip_"):
         clip = float(name.removeprefix("obs_clip_"))
@@ -277,7 +299,7 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         return pinned_variant(name, a)
     store = variant_store(store, a)
     ov = {
-        "env": "stack3",
+        "env": a.env,
         "data.path": a.demos,
         "data.extra_paths": f"[{store or a.round_store}]",
         "data.mix": "[0.2,0.8]",
@@ -285,7 +307,7 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
         "+data.sample_weights": "{policy: 0.0, pre_intervention: 0.0}",
         "data.sample_weight_mode": "sample",
         "init.from_weights": str(weights),
-        "seed": "1",
+        "seed": str(seed),
         "train.steps": "600",
         "train.batch_size": "64",
         "train.lr": "3e-4",
@@ -306,13 +328,18 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
 
         mix = mix_shares(0.2, [round_steps(a)], max_passes=4, samples=600 * 64)
         ov["data.mix"] = f"[{mix[0]:.6f},{mix[1]:.6f}]"
+    if ov.get("data.drop_steps_paths") == "DROP":
+        if not a.drop_steps:
+            raise SystemExit(f"variant {name} needs --drop-steps (a loop's conflict_filter/round_QQ.json)")
+        ov["data.drop_steps_paths"] = f"[null,{a.drop_steps}]"
     if ov["data.extra_paths"] == "[]":
         del ov["data.mix"]
     cmd = [rewind_bin("rewind-train"), *(f"{k}={v}" for k, v in ov.items())]
     run_once(cmd, out / "train")
-    ev = evaluate(out / "train", out)
+    ev = evaluate(out / "train", out, a)
     return {
         "variant": name,
+        "seed": seed,
         "changes": what,
         "success": ev["success_rate"],
         "ci95": ev["success_ci95"],
@@ -320,15 +347,16 @@ def run_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def evaluate(policy_path: Path | str, out: Path) -> dict[str, Any]:
-    """``rewind-eval`` of ``policy_path`` on the 100 evaluation episodes every variant uses, into ``out/eval``."""
+def evaluate(policy_path: Path | str, out: Path, a: argparse.Namespace) -> dict[str, Any]:
+    """``rewind-eval`` of ``policy_path`` on the 100 evaluation episodes every variant uses (seeds
+    ``--eval-seed``..), into ``out/eval``."""
     ev = run_once(
         [
             rewind_bin("rewind-eval"),
             f"policy_path={policy_path}",
-            "env=stack3",
+            f"env={a.env}",
             "episodes=100",
-            "seed=10000",
+            f"seed={a.eval_seed}",
             "num_threads=2",
             "device=cpu",
             "progress=false",
@@ -345,7 +373,7 @@ def pinned_variant(name: str, a: argparse.Namespace) -> dict[str, Any]:
     """Evaluate :func:`pinned_weights` like every variant."""
     weights, pinned = pinned_weights(a)
     out = Path(a.root) / name
-    ev = evaluate(weights, out)
+    ev = evaluate(weights, out, a)
     return {
         "variant": name,
         "changes": VARIANTS[name][0] + f" ({', '.join(pinned)})",
@@ -363,18 +391,35 @@ def main() -> None:
     ap.add_argument("--base-weights", default=f"{ROOT}/demos_100/train/weights/step_010000")
     ap.add_argument("--round-store", default=f"{ROOT}/dagger_s0/round_01/collect/store")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--env", default="stack3", help="the env the demos and round store come from")
+    ap.add_argument("--seeds", nargs="*", type=int, default=[1], help="fine-tuning seeds (each variant)")
+    ap.add_argument("--eval-seed", type=int, default=10000, help="first of the 100 evaluation seeds")
+    ap.add_argument("--drop-steps", default=None, help="conflict_filtered: the filter's drop file")
     ap.add_argument("--out", default="bench/results/finetune_ablation_stack3.json")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    rows = [run_variant(name, a) for name in a.variants]
+    rows = [run_variant(name, a, seed) for seed in a.seeds for name in a.variants]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        json.dumps({"round_store": a.round_store, "base_weights": a.base_weights, "rows": rows}, indent=2)
+        json.dumps(
+            {
+                "env": a.env,
+                "round_store": a.round_store,
+                "base_weights": a.base_weights,
+                "eval_seed": a.eval_seed,
+                "rows": rows,
+            },
+            indent=2,
+        )
     )
-    lines = ["| variant | what changes | success (100 episodes) | 95% Wilson |", "|---|---|---|---|"]
+    lines = [
+        "| variant | seed | what changes | success (100 episodes) | 95% Wilson |",
+        "|---|---|---|---|---|",
+    ]
     lines += [
-        f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
+        f"| {r['variant']} | {r.get('seed', 1)} | {r['changes']} | {r['success']:.0%} "
+        f"| [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
         for r in rows
     ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
