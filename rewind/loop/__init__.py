@@ -9,6 +9,7 @@ fine-tune on it, recalibrate, evaluate, repeat.
 * :mod:`rewind.loop.stages`: demos, training, calibration and evaluation steps;
 * :mod:`rewind.loop.finetune_data`: what a round fine-tunes on (stores, sample weights, config);
 * :mod:`rewind.loop.lineage`: the folder protocol (resume at round granularity);
+* :mod:`rewind.loop.stall`: the stall threshold sized from the demos' stage durations;
 * :mod:`rewind.loop.runner`: :func:`run_loop`; :mod:`rewind.loop.report`: report, W&B, summary.
 
 See ``docs/loop.md``.

@@ -8,6 +8,7 @@ architecture of a base policy the loop trains itself).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,12 @@ class RecoveryConfig:
         max_correction_steps: operator step budget of one intervention.
         stall_steps: also intervene when the task stage has not advanced for this many policy steps
             (what a person watching would notice; 0: only monitor alarms trigger).
+        stall_from_demos: a factor ``f > 0``: size the stall threshold from the demos instead,
+            ``stall_steps = ceil(f * q)`` with ``q`` the ``stall_percentile``-th percentile of the demos'
+            stage durations (steps between two advances of the best stage, successful demos only, up to
+            success; :mod:`rewind.loop.stall`), computed once per loop (``stall.json``); overrides
+            ``stall_steps``. ``None``: ``stall_steps`` as given.
+        stall_percentile: the percentile of the demo stage durations ``stall_from_demos`` scales.
         keep: which episodes are stored: ``all``, ``useful`` (successful or intervened), ``success``
             or ``intervened``.
         pre_intervention_steps: policy steps before an intervention labelled ``pre_intervention``.
@@ -109,6 +116,8 @@ class RecoveryConfig:
     max_interventions: int = 1
     max_correction_steps: int = 150
     stall_steps: int = 0
+    stall_from_demos: float | None = None
+    stall_percentile: float = 95.0
     keep: str = "useful"
     pre_intervention_steps: int = 15
     operator_noise: float = 0.05
@@ -130,11 +139,23 @@ class RecoveryConfig:
         for key in ("max_interventions", "max_correction_steps"):
             require(getattr(self, key) >= 1, f"recovery.{key} must be >= 1; got {getattr(self, key)}")
         require(self.stall_steps >= 0, f"recovery.stall_steps must be >= 0; got {self.stall_steps}")
+        f = self.stall_from_demos
+        require(
+            f is None or (math.isfinite(f) and f > 0),
+            f"recovery.stall_from_demos must be null or a factor > 0; got {f}",
+        )
+        p = self.stall_percentile
+        require(0.0 <= p <= 100.0, f"recovery.stall_percentile must be in [0, 100]; got {p}")
         require(self.operator_noise >= 0, f"recovery.operator_noise must be >= 0; got {self.operator_noise}")
         require(
             self.pre_intervention_steps >= 0,
             f"recovery.pre_intervention_steps must be >= 0; got {self.pre_intervention_steps}",
         )
+
+    @property
+    def stalls(self) -> bool:
+        """A stall can trigger an intervention (``stall_steps > 0`` or ``stall_from_demos`` set)."""
+        return self.stall_steps > 0 or self.stall_from_demos is not None
 
 
 @dataclass
@@ -338,7 +359,7 @@ class LoopConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(
-            self.monitor.enabled or self.recovery.stall_steps > 0 or self.recovery.name == "guided",
+            self.monitor.enabled or self.recovery.stalls or self.recovery.name == "guided",
             "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "
-            "or recovery.stall_steps=N",
+            "or recovery.stall_steps=N (or recovery.stall_from_demos=F)",
         )

@@ -3,6 +3,7 @@
 Layout of a loop's ``out_dir``::
 
     loop.json            identity: the config keys a resumed loop must share, written at the first start
+    stall.json           with recovery.stall_from_demos: the stall threshold from the demos (rewind.loop.stall)
     round_00/            the base: demos/ (when built), train/ (when built), calibration/, eval/
     round_01/            collect/ (the round's store), train/, calibration/, eval/ [eval_rewind/]
     round_NN/round.json  the round's record (lineage + metrics): written atomically as its last act

@@ -38,6 +38,7 @@ from rewind.loop.record import (
 from rewind.loop.report import log_to_wandb, success_text, summarize_loop, write_report
 from rewind.loop.sources import SourceContext, is_external, make_source, teleop_command
 from rewind.loop.stages import StageHook, timed
+from rewind.loop.stall import StallThreshold, loop_stall_threshold
 from rewind.monitor.episode import MonitoredEpisode, RewindConfig
 from rewind.monitor.factory import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
@@ -122,8 +123,11 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
     return record
 
 
-def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str, Any] | WaitingForHuman:
-    """Round ``r``'s episodes under the previous round's policy and monitor, into ``collect/store``."""
+def _collect(
+    cfg: LoopConfig, out: Path, r: int, prev: RoundRecord, stall: StallThreshold | None = None
+) -> dict[str, Any] | WaitingForHuman:
+    """Round ``r``'s episodes under the previous round's policy and monitor, into ``collect/store``;
+    ``stall`` (``recovery.stall_from_demos``) replaces ``recovery.stall_steps``."""
     folder = round_dir(out, r) / "collect"
     store_path, weights = folder / "store", abs_path(out, prev.policy.weights)
     cal = prev.calibration
@@ -150,6 +154,7 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str,
             return MonitoredEpisode(env, loaded.policy, monitor, tracker, rw, device)
 
         rc, seeds = cfg.recovery, range(seed0, seed0 + cfg.episodes_per_round)
+        stall_steps = stall.stall_steps if stall else rc.stall_steps
         with ReplayStore.open_or_create(store_path, store_spec_for(env)) as store:
             outcomes = collect_episodes(
                 make,
@@ -161,12 +166,15 @@ def _collect(cfg: LoopConfig, out: Path, r: int, prev: RoundRecord) -> dict[str,
                 r,
                 rc.pre_intervention_steps,
                 rc.max_interventions,
-                rc.stall_steps,
+                stall_steps,
                 cfg.progress,
             )
     finally:
         env.close()
     summary = {**summarize_outcomes(outcomes), "source": {**prepared, **source.report()}}
+    summary["stall_steps"] = stall_steps
+    if stall:
+        summary["stall_from_demos"] = stall.to_json()
     stages.atomic_write_json(folder / "summary.json", summary)
     return {k: v for k, v in summary.items() if k != "per_episode"}
 
@@ -269,14 +277,19 @@ def _deployed_selection(
 
 
 def recovery_round(
-    cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord], hook: StageHook | None = None
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    records: list[RoundRecord],
+    hook: StageHook | None = None,
+    stall: StallThreshold | None = None,
 ) -> RoundRecord | WaitingForHuman:
-    """Round ``r >= 1``: collect, fine-tune, calibrate, evaluate; returns its record, or what a person
-    still has to supply (:class:`WaitingForHuman`)."""
+    """Round ``r >= 1``: collect (with ``stall``'s threshold when given), fine-tune, calibrate, evaluate;
+    returns its record, or what a person still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
     clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
     with timed(t, "collect", hook, r):
-        coll = _collect(cfg, out, r, prev)
+        coll = _collect(cfg, out, r, prev, stall)
     if isinstance(coll, WaitingForHuman):
         return coll
     filt = conflict_filter(cfg, out, r, records, t, hook)
@@ -323,6 +336,19 @@ def recovery_round(
     return record
 
 
+def demo_stall(cfg: LoopConfig, out: Path, base: RoundRecord) -> StallThreshold | None:
+    """``recovery.stall_from_demos``: the stall threshold from the base's demos, once per loop (a resumed
+    loop reads ``stall.json``), logged; ``None`` when it is off or no round collects here."""
+    rc = cfg.recovery
+    if rc.stall_from_demos is None or cfg.rounds < 1 or is_external(rc):
+        return None
+    stall = loop_stall_threshold(
+        out, abs_path(out, base.demos), cfg.env, rc.stall_from_demos, rc.stall_percentile
+    )
+    log.info("recovery.stall_from_demos: %s", stall.describe())
+    return stall
+
+
 def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
     """Entry point of ``rewind-loop``; returns the summary (success before and after, per round)."""
     out = Path(cfg.out_dir)
@@ -331,12 +357,13 @@ def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
     threads = torch.get_num_threads()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    waiting = None
+    waiting, stall = None, None
     try:
         records = [base_round(cfg, out, hook)]
         write_report(out, records, cfg)
+        stall = demo_stall(cfg, out, records[0])
         for r in range(1, cfg.rounds + 1):
-            rec = load_record(out, r) or recovery_round(cfg, out, r, records, hook)
+            rec = load_record(out, r) or recovery_round(cfg, out, r, records, hook, stall)
             if isinstance(rec, WaitingForHuman):
                 waiting = rec
                 log.warning(
@@ -353,4 +380,5 @@ def run_loop(cfg: LoopConfig, hook: StageHook | None = None) -> dict[str, Any]:
         torch.set_num_threads(threads)
     if waiting is None:
         log_to_wandb(out, records, cfg)
-    return summarize_loop(out, records, cfg, waiting)
+    summary = summarize_loop(out, records, cfg, waiting)
+    return {**summary, "stall_from_demos": stall.to_json()} if stall else summary
