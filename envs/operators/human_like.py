@@ -175,7 +175,7 @@ class DemoDistance:
         self.keys = list(keys)
         self.lo = states.min(0)
         self.scale = _dim_scale(states.max(0) - self.lo, widths or [1] * states.shape[1], scale, min_scale)
-        self.x = ((states - self.lo) / self.scale)
+        self.x = (states - self.lo) / self.scale
         self._sq = np.einsum("ij,ij->i", self.x, self.x)
         self.reference = self._reference(episode, quantile, folds, max_queries, np.random.default_rng(seed))
 
@@ -300,7 +300,7 @@ class HumanLikeStats:
         """The counts plus the distance ratio at the takeovers' first decisions: mean, max and the
         10th/50th/90th percentiles (the mean alone is ruled by a few far outliers)."""
         d = {k: v for k, v in asdict(self).items() if k != "ratios"}
-        r = np.asarray(self.ratios)
+        r = np.sort(np.asarray(self.ratios))  # sorted: the same sums whatever order the takeovers came in
         pct = np.percentile(r, [10, 50, 90]) if r.size else [None] * 3
         return {
             **d,

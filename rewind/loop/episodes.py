@@ -3,8 +3,11 @@ acting on alarms, recorded step by step and committed to the round's replay stor
 
 The monitored episode (:class:`~rewind.monitor.episode.MonitoredEpisode`) runs with
 ``auto_rewind=False``: what an alarm does is the recovery source's decision
-(:mod:`rewind.loop.sources`). Each episode's policy noise is seeded by its env seed, so an episode
-does not depend on which episodes came before it.
+(:mod:`rewind.loop.sources`), taken by :class:`TriggerState` after every policy step. Each episode's
+policy noise is seeded by its env seed, so an episode does not depend on which episodes came before
+it. This module runs episodes one at a time (:func:`collect_episodes`: the path of ``human`` and
+``guided``); :mod:`rewind.loop.batched_collect` runs the batchable sources' episodes in lockstep with
+the same decisions and results.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from rewind.loop.sources import END, LoopRecording, RecoverySource, keep_episode
-from rewind.monitor.episode import MonitoredEpisode
+from rewind.monitor.episode import MonitoredEpisode, StepResult
 from rewind.store import ReplayStore
 from rewind.utils.seeding import torch_generator
 
@@ -54,6 +57,93 @@ class EpisodeOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CollectRules:
+    """What a round's collection applies to every episode (from the ``recovery`` node).
+
+    Attributes:
+        keep: the keep rule (:func:`~rewind.loop.sources.keep_episode`).
+        pre_intervention_steps: policy steps before an intervention labelled ``pre_intervention``.
+        max_interventions: times the source may act per episode.
+        stall_steps: policy steps without stage progress that trigger the source (0: off).
+    """
+
+    keep: str = "useful"
+    pre_intervention_steps: int = 15
+    max_interventions: int = 1
+    stall_steps: int = 0
+
+
+class TriggerState:
+    """One episode's trigger bookkeeping (alarms, stalls, interventions): what
+    :func:`run_episode` and the batched collection (:mod:`rewind.loop.batched_collect`) do after every
+    policy step, so both take the same decisions.
+
+    Args:
+        max_interventions: times the source may act; stall_steps: policy steps without stage progress
+            that count as a stall (0: off).
+    """
+
+    def __init__(self, max_interventions: int, stall_steps: int = 0) -> None:
+        self.max_interventions, self.stall_steps = max_interventions, stall_steps
+        self.interventions = self.alarms = self.stalls = 0
+        self.best, self.since, self.ended_by = 0, 0, "env"
+
+    def start(self, ep: MonitoredEpisode) -> None:
+        """The episode was reset: stage progress is measured from here."""
+        self.best, self.since = ep.base.stage(), ep.step_count
+
+    def after_policy_step(
+        self, ep: MonitoredEpisode, res: StepResult, source: RecoverySource, recording: LoopRecording
+    ) -> bool:
+        """Count the policy step ``res``; on an alarm (or a stall) let ``source`` act, at most
+        ``max_interventions`` times. Returns whether the source ended the episode (``after=end``)."""
+        self.alarms += int(res.alarm)
+        stage = int(res.info.get("stage", 0))
+        if stage > self.best:
+            self.best, self.since = stage, ep.step_count
+        stalled = bool(self.stall_steps) and ep.step_count - self.since >= self.stall_steps
+        if stalled:
+            self.stalls += 1
+            ep.event("stall", res.step, stage=stage)
+        if not (res.alarm or stalled) or ep.done or not source.reacts_to_alarms:
+            return False
+        if self.interventions >= self.max_interventions:
+            self.since = ep.step_count
+            return False
+        self.interventions += 1
+        ep.event("intervention", res.step, source=source.name, trigger="alarm" if res.alarm else "stall")
+        verdict = source.on_trigger(ep, res, recording)
+        self.best, self.since = max(self.best, ep.base.stage()), ep.step_count
+        if verdict == END:
+            self.ended_by = "source"
+            return True
+        return False
+
+
+def episode_outcome(
+    ep: MonitoredEpisode, source: RecoverySource, seed: int, recording: LoopRecording, state: TriggerState
+) -> EpisodeOutcome:
+    """Close ``ep``'s log and relabel the policy's steps (``policy_source``); its outcome (after
+    ``source.finish``: ``failed`` is the source's count for this episode)."""
+    log_ = ep.finish()
+    if source.policy_source != "policy":
+        recording.sources = [source.policy_source if s == "policy" else s for s in recording.sources]
+    return EpisodeOutcome(
+        seed,
+        ep.success,
+        len(recording),
+        state.interventions,
+        state.alarms,
+        state.stalls,
+        recording.operator_steps,
+        recording.source_counts(),
+        state.ended_by,
+        getattr(source, "failed", 0),
+        events=log_.events,
+    )
+
+
 def run_episode(
     ep: MonitoredEpisode,
     source: RecoverySource,
@@ -68,51 +158,38 @@ def run_episode(
     ep.reset(seed)
     ep.on_step = recording.add
     source.begin(ep, seed)
-    interventions = alarms = stalls = 0
-    best, since, ended_by = ep.base.stage(), ep.step_count, "env"
+    state = TriggerState(max_interventions, stall_steps)
+    state.start(ep)
     try:
         while not ep.done:
             source.before_step(ep)
-            res = ep.policy_step()
-            alarms += int(res.alarm)
-            stage = int(res.info.get("stage", 0))
-            if stage > best:
-                best, since = stage, ep.step_count
-            stalled = bool(stall_steps) and ep.step_count - since >= stall_steps
-            if stalled:
-                stalls += 1
-                ep.event("stall", res.step, stage=stage)
-            if not (res.alarm or stalled) or ep.done or not source.reacts_to_alarms:
-                continue
-            if interventions >= max_interventions:
-                since = ep.step_count
-                continue
-            interventions += 1
-            ep.event("intervention", res.step, source=source.name, trigger="alarm" if res.alarm else "stall")
-            verdict = source.on_trigger(ep, res, recording)
-            best, since = max(best, ep.base.stage()), ep.step_count
-            if verdict == END:
-                ended_by = "source"
+            if state.after_policy_step(ep, ep.policy_step(), source, recording):
                 break
     finally:
         source.finish(ep)
         ep.on_step = None
-    log_ = ep.finish()
-    if source.policy_source != "policy":
-        recording.sources = [source.policy_source if s == "policy" else s for s in recording.sources]
-    return EpisodeOutcome(
-        seed,
-        ep.success,
-        len(recording),
-        interventions,
-        alarms,
-        stalls,
-        recording.operator_steps,
-        recording.source_counts(),
-        ended_by,
-        getattr(source, "failed", 0),
-        events=log_.events,
-    )
+    return episode_outcome(ep, source, seed, recording, state)
+
+
+def keep_and_commit(
+    o: EpisodeOutcome,
+    recording: LoopRecording,
+    store: ReplayStore | None,
+    keep: str,
+    source_name: str,
+    policy_version: str,
+    round_: int,
+) -> None:
+    """Apply the keep rule to ``o``; a kept episode is committed to ``store`` (``o.episode_id`` set)."""
+    o.kept = keep_episode(keep, o.success, o.interventions, o.failed_interventions) and len(recording) > 0
+    if o.kept and store is not None:
+        extra = {
+            "events": o.events,
+            "recovery": source_name,
+            "interventions": o.interventions,
+            "ended_by": o.ended_by,
+        }
+        o.episode_id = recording.commit(store, o.success, o.seed, policy_version, round_, extra).id
 
 
 def collect_episodes(
@@ -128,7 +205,9 @@ def collect_episodes(
     stall_steps: int = 0,
     progress: bool = False,
 ) -> list[EpisodeOutcome]:
-    """Episodes ``seeds`` in order; the ones ``keep`` selects are committed to ``store`` atomically."""
+    """Episodes ``seeds`` in order, one at a time (the path of the sources that are not batched, see
+    :func:`rewind.loop.batched_collect.collect_batched`); the ones ``keep`` selects are committed to
+    ``store`` atomically."""
     ep = make_episode()
     out: list[EpisodeOutcome] = []
     bar = tqdm(seeds, desc=f"round {round_} {source.name}", disable=not progress)
@@ -136,15 +215,7 @@ def collect_episodes(
         for seed in bar:
             rec = LoopRecording(pre_intervention_steps, source.counted)
             o = run_episode(ep, source, int(seed), rec, max_interventions, stall_steps)
-            o.kept = keep_episode(keep, o.success, o.interventions, o.failed_interventions) and len(rec) > 0
-            if o.kept and store is not None:
-                extra = {
-                    "events": o.events,
-                    "recovery": source.name,
-                    "interventions": o.interventions,
-                    "ended_by": o.ended_by,
-                }
-                o.episode_id = rec.commit(store, o.success, int(seed), policy_version, round_, extra).id
+            keep_and_commit(o, rec, store, keep, source.name, policy_version, round_)
             out.append(o)
             bar.set_postfix(success=f"{np.mean([x.success for x in out]):.2f}", kept=sum(x.kept for x in out))
     return out

@@ -1,7 +1,8 @@
 """Recovery sources: what happens when the monitor fires during a loop round (``recovery=NAME``).
 
-Every source implements one method, :meth:`RecoverySource.on_trigger`, called by
-:func:`rewind.loop.episodes.run_episode` when a policy step raises an alarm (or the episode stalls).
+Every source implements one method, :meth:`RecoverySource.on_trigger`, called (through
+:class:`rewind.loop.episodes.TriggerState`, one episode at a time or in lockstep batches) when a
+policy step raises an alarm (or the episode stalls).
 It acts on the :class:`~rewind.monitor.episode.MonitoredEpisode` through its own API
 (``rewind``, ``external_step``), so every executed step reaches the episode's recording with its label,
 and returns :data:`CONTINUE` (the policy drives again) or :data:`END` (stop the episode here).
@@ -150,6 +151,8 @@ class RecoverySource(ABC):
         policy_source: the source the policy's own steps are stored with (``guided`` for ReGuide).
         train_sample_weights: default per-source sample weights of the source's data
             (``finetune.sample_weights`` null): RaC and HG-DAgger train on the intervention segments only.
+        batchable: the loop collects this source's episodes in lockstep batches
+            (:mod:`rewind.loop.batched_collect`): its per-episode state is :meth:`episode_state` alone.
     """
 
     name: ClassVar[str] = ""
@@ -157,6 +160,7 @@ class RecoverySource(ABC):
     reacts_to_alarms: ClassVar[bool] = True
     policy_source: ClassVar[str] = "policy"
     train_sample_weights: ClassVar[dict[str, float]] = {"policy": 0.0, "pre_intervention": 0.0}
+    batchable: ClassVar[bool] = False
 
     def __init__(self, cfg: RecoveryConfig, env_name: str) -> None:
         self.cfg, self.env_name = cfg, env_name
@@ -188,6 +192,15 @@ class RecoverySource(ABC):
     def begin(self, ep: MonitoredEpisode, seed: int) -> None:
         """A new episode with env seed ``seed`` starts (after ``ep.reset``)."""
         self._seed, self._count, self.failed = seed, 0, 0
+
+    def episode_state(self) -> tuple[int, int, int]:
+        """What the source keeps for the running episode (seed, interventions so far, failed ones): a
+        batched collection swaps it in and out around every call for one of its episodes."""
+        return self._seed, self._count, self.failed
+
+    def set_episode_state(self, state: tuple[int, int, int]) -> None:
+        """Take back what :meth:`episode_state` returned."""
+        self._seed, self._count, self.failed = state
 
     def before_step(self, ep: MonitoredEpisode) -> None:  # noqa: B027 (optional hook)
         """Called before every policy step (the guided source sets its guidance target here)."""
@@ -222,10 +235,14 @@ class RecoverySource(ABC):
     def finish(self, ep: MonitoredEpisode) -> None:
         """The episode is over (undo per-episode changes to the policy); adds its operator time: every
         non-policy step (all of them counted here), including any a ``restore`` later dropped."""
-        if self.counted:
-            n = sum(ev["kind"] == "intervention" for ev in ep.log.events)
-            overhead = self.cfg.operator_model.overhead_s
-            self.operator_time_s += operator_time_s(ep.log.external_steps, n, overhead)
+        self.operator_time_s += self.episode_operator_time(ep)
+
+    def episode_operator_time(self, ep: MonitoredEpisode) -> float:
+        """The simulated operator time of ``ep`` (0 when the source counts no operator steps)."""
+        if not self.counted:
+            return 0.0
+        n = sum(ev["kind"] == "intervention" for ev in ep.log.events)
+        return operator_time_s(ep.log.external_steps, n, self.cfg.operator_model.overhead_s)
 
 
 class RetrySource(RecoverySource):
@@ -233,6 +250,7 @@ class RetrySource(RecoverySource):
     kept episode is one continuous successful trajectory of the policy (``keep=success``)."""
 
     name = "retry"
+    batchable = True
     counted = frozenset()
     train_sample_weights: ClassVar[dict[str, float]] = {}
 
@@ -249,6 +267,7 @@ class OperatorSource(RecoverySource):
     correction (the scripted operator completes the current stage), then end or hand back."""
 
     name = "operator"
+    batchable = True
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """Recover, correct, then ``recovery.after``."""
@@ -268,6 +287,7 @@ class DaggerSource(RecoverySource):
     (``until=stage``) or the task (``until=task``) is done; then end or hand back."""
 
     name = "dagger"
+    batchable = True
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
         """Take over, correct, then ``recovery.after``."""

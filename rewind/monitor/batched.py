@@ -85,6 +85,8 @@ class BatchedMonitoredRunner:
         rewind: rewind settings; device: policy device; gen_seed: the run's noise seed.
         inference_rows: rows of every batched inference (``0``: unpadded).
         step: how the envs are stepped (``step_many``).
+        noise_seed: episode seed -> seed of its noise stream (default
+            :func:`~rewind.utils.seeding.episode_noise_seed` of ``gen_seed``).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class BatchedMonitoredRunner:
         gen_seed: int,
         inference_rows: int = DEFAULT_INFERENCE_ROWS,
         step: StepMany = step_many,
+        noise_seed: Callable[[int], int] | None = None,
     ) -> None:
         if not envs:
             raise ValueError("a batched rollout needs at least one env")
@@ -110,9 +113,13 @@ class BatchedMonitoredRunner:
             for i, env in enumerate(envs)
         ]
         self._pad_stream = NoiseStream(torch_generator(0, "cpu"))
+        self.noise_seed = noise_seed or (lambda seed: episode_noise_seed(self.gen_seed, seed))
         #: ``on_start(slot, seed)`` after each episode's reset; ``on_end(slot)`` when it is over.
         self.on_start: Callable[[EpisodeSlot, int], None] | None = None
         self.on_end: Callable[[EpisodeSlot], None] | None = None
+        #: ``on_policy_step(slot, res)`` after each policy step is observed (the slot's rollout state
+        #: in the policy; it may act on the episode through its API); ``True`` ends the episode now.
+        self.on_policy_step: Callable[[EpisodeSlot, StepResult], bool] | None = None
 
     # ----------------------------------------------------------------- the loop
     def run(self, seeds: Sequence[int]) -> None:
@@ -158,7 +165,7 @@ class BatchedMonitoredRunner:
         if self.monitor is not None:
             ep.monitor = Monitor(self.monitor.score.for_episode(seed), self.monitor.calibration)
         ep.tracker = self.tracker.for_episode() if self.tracker is not None else None
-        ep.noise = NoiseStream(torch_generator(episode_noise_seed(self.gen_seed, seed), self.device))
+        ep.noise = NoiseStream(torch_generator(self.noise_seed(seed), self.device))
         slot.order, slot.state, slot.window, slot.action, slot.plan = order, PolicyState(), None, None, None
         with self._policy_of(slot):
             ep.reset(int(seed))
@@ -214,6 +221,7 @@ class BatchedMonitoredRunner:
             ep.drive_step_done(slot.plan, ep.after_step(before, action, "recovery", outcome))
             return
         res: StepResult = ep.after_step(before, action, "policy", outcome)
+        ended = False
         with self._policy_of(slot):
             ep.observe_policy_step(res)
             if ep.wants_rewind(res):
@@ -222,7 +230,9 @@ class BatchedMonitoredRunner:
                     slot.plan = plan
                 else:
                     ep.end_rewind(plan)
-        if ep.done and slot.plan is None:
+            if self.on_policy_step is not None:
+                ended = self.on_policy_step(slot, res)
+        if ended or (ep.done and slot.plan is None):
             self._finish(slot)
 
     def _end_rewind(self, slot: EpisodeSlot) -> None:
