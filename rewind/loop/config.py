@@ -90,12 +90,14 @@ class RecoveryConfig:
         max_interventions: interventions (or retries) per episode; later alarms are only logged.
         max_correction_steps: operator step budget of one intervention.
         stall_steps: also intervene when the task stage has not advanced for this many policy steps
-            (what a person watching would notice; 0: only monitor alarms trigger).
+            (what a person watching would notice); ``0``: no stall trigger at all (only monitor alarms
+            trigger), whatever ``stall_from_demos`` says.
         stall_from_demos: a factor ``f > 0``: size the stall threshold from the demos instead,
             ``stall_steps = ceil(f * q)`` with ``q`` the ``stall_percentile``-th percentile of the demos'
             stage durations (steps between two advances of the best stage, successful demos only, up to
-            success; :mod:`rewind.loop.stall`), computed once per loop (``stall.json``); overrides
-            ``stall_steps``. ``None``: ``stall_steps`` as given.
+            success; :mod:`rewind.loop.stall`), computed once per loop (``stall.json``); replaces a
+            non-zero ``stall_steps`` (the recovery configs' default: 1.5, which gives PickPlace's 30).
+            ``None``: ``stall_steps`` as given.
         stall_percentile: the percentile of the demo stage durations ``stall_from_demos`` scales.
         keep: which episodes are stored: ``all``, ``useful`` (successful or intervened), ``success``
             or ``intervened``.
@@ -154,8 +156,8 @@ class RecoveryConfig:
 
     @property
     def stalls(self) -> bool:
-        """A stall can trigger an intervention (``stall_steps > 0`` or ``stall_from_demos`` set)."""
-        return self.stall_steps > 0 or self.stall_from_demos is not None
+        """A stall can trigger an intervention (``stall_steps > 0``; ``stall_from_demos`` may resize it)."""
+        return self.stall_steps > 0
 
 
 @dataclass
@@ -361,5 +363,5 @@ class LoopConfig(CommandConfig):
         require(
             self.monitor.enabled or self.recovery.stalls or self.recovery.name == "guided",
             "monitor=none leaves nothing to trigger an intervention: choose a score (monitor=tide) "
-            "or recovery.stall_steps=N (or recovery.stall_from_demos=F)",
+            "or recovery.stall_steps=N (or recovery.stall_from_demos=F with stall_steps > 0)",
         )

@@ -338,9 +338,10 @@ def recovery_round(
 
 def demo_stall(cfg: LoopConfig, out: Path, base: RoundRecord) -> StallThreshold | None:
     """``recovery.stall_from_demos``: the stall threshold from the base's demos, once per loop (a resumed
-    loop reads ``stall.json``), logged; ``None`` when it is off or no round collects here."""
+    loop reads ``stall.json``), logged; ``None`` when it is off (``stall_from_demos`` null or
+    ``stall_steps=0``) or no round collects here."""
     rc = cfg.recovery
-    if rc.stall_from_demos is None or cfg.rounds < 1 or is_external(rc):
+    if rc.stall_from_demos is None or rc.stall_steps == 0 or cfg.rounds < 1 or is_external(rc):
         return None
     stall = loop_stall_threshold(
         out, abs_path(out, base.demos), cfg.env, rc.stall_from_demos, rc.stall_percentile

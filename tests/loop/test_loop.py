@@ -134,6 +134,10 @@ def test_cli_builds_its_own_base_and_reports_bad_values(
     summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     assert summary["rounds_done"] == 1 and len(summary["success_before_ci95"]) == 2
     assert (tmp_path / "cli" / "round_00" / "demos" / "store").exists()
+    # the recovery configs' default sizes the stall trigger from the demos (replacing stall_steps=10)
+    collection = json.loads((round_dir(tmp_path / "cli", 1) / "round.json").read_text())["collection"]
+    assert collection["stall_from_demos"]["factor"] == 1.5
+    assert collection["stall_steps"] == collection["stall_from_demos"]["stall_steps"]
     capsys.readouterr()
     for bad, message in (
         ("finetune.demo_share=1.5", "finetune.demo_share must be null or in [0, 1)"),

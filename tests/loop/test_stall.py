@@ -127,15 +127,26 @@ def test_bad_values_are_one_line_errors(tmp_path: Path, recovery: dict, message:
 
 
 def test_monitor_none_accepts_the_demo_stall_as_trigger(tmp_path: Path) -> None:
-    node = {"stall_steps": 0, "stall_from_demos": 1.5}
+    node = {"stall_steps": 30, "stall_from_demos": 1.5}
     assert loop_config(tmp_path, monitor={"score": "none"}, recovery=node).recovery.stalls
+
+
+def test_stall_steps_zero_turns_the_trigger_off_whatever_the_factor(tmp_path: Path, tiny_run) -> None:
+    off = {"stall_steps": 0, "stall_from_demos": 1.5}
+    with pytest.raises(ConfigError, match="monitor=none leaves nothing to trigger an intervention"):
+        loop_config(tmp_path, monitor={"score": "none"}, recovery=off)
+    out = tmp_path / "loop"
+    summary = run_loop(loop_config(out, tiny_run, rounds=1, recovery=off))
+    coll = json.loads((round_dir(out, 1) / RECORD).read_text())["collection"]
+    assert coll["stall_steps"] == 0 and coll["stalls"] == 0 and "stall_from_demos" not in coll
+    assert not (out / STALL_FILE).exists() and "stall_from_demos" not in summary
 
 
 def test_a_loop_round_uses_records_and_resumes_the_threshold(
     tmp_path: Path, tiny_run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "loop"
-    cfg = loop_config(out, tiny_run, rounds=1, recovery={"stall_steps": 0, "stall_from_demos": 1.5})
+    cfg = loop_config(out, tiny_run, rounds=1, recovery={"stall_steps": 30, "stall_from_demos": 1.5})
     summary = run_loop(cfg)
     env = build_env(EnvConfig(name="lift"))
     durations, _, _ = store_stage_durations(tiny_run["store"], env, "lift")

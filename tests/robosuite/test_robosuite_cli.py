@@ -154,6 +154,7 @@ def test_loop_round_with_the_scripted_operator(lift_run, tmp_path: Path, recover
     args = ["env=robosuite_lift", "env.max_steps=60", "device=cpu", "progress=false", "wandb.mode=disabled"]
     args += [f"base.policy_path={lift_run['train']}", f"base.demos_path={lift_run['store']}", "rounds=1"]
     args += ["episodes_per_round=2", f"recovery={recovery}", "recovery.stall_steps=8", "finetune.steps=4"]
+    args += ["recovery.stall_from_demos=null"]  # the fixed 8-step trigger: the tiny policy is taken over
     args += [
         "finetune.batch_size=8",
         "finetune.warmup_steps=1",
