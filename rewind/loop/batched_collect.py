@@ -204,12 +204,32 @@ def collect_round(
             return MonitoredEpisode(env, policy, monitor, tracker, rewind, device)
 
         return collect_episodes(
-            make, source, seeds, store, rules.keep, policy_version, round_, rules.pre_intervention_steps,
-            rules.max_interventions, rules.stall_steps, progress,
-        )  # fmt: skip
+            make,
+            source,
+            seeds,
+            store,
+            rules.keep,
+            policy_version,
+            round_,
+            rules.pre_intervention_steps,
+            rules.max_interventions,
+            rules.stall_steps,
+            progress,
+        )
     batch = max(1, min(rollout.batch_size, len(seeds)))
     with open_envs(factory, batch, rollout, first=env) as envs:
         return collect_batched(
-            envs, policy, monitor, tracker, rewind, source, seeds, store, rules, policy_version, round_,
-            rollout.inference_rows, progress,
-        )  # fmt: skip
+            envs,
+            policy,
+            monitor,
+            tracker,
+            rewind,
+            source,
+            seeds,
+            store,
+            rules,
+            policy_version,
+            round_,
+            rollout.inference_rows,
+            progress,
+        )

@@ -319,11 +319,12 @@ class LoopConfig(CommandConfig):
             ``collect_seed + (r - 1) * episodes_per_round``).
         base / recovery / finetune / monitor / calibration / eval: see their classes.
         seed: seeds the training runs (round ``r`` trains with ``seed + r``).
-        rollout: how the calibration and evaluation rollouts run (the ``rollout`` node of
+        rollout: how the calibration, evaluation and collection rollouts run (the ``rollout`` node of
             ``rewind-eval`` and ``rewind-calibrate``: ``rollout.workers``, ``rollout.batch_size``,
-            ``rollout.backend=ray`` for the evaluations; calibration always runs here, with workers).
-            The results do not depend on it (``inference_rows`` aside); the collection with a recovery
-            source runs one episode at a time in this process whatever it says (``docs/rollouts.md``).
+            ``rollout.backend=ray`` for the evaluations; calibration and collection always run here,
+            with workers). The results do not depend on it (``inference_rows`` aside); the collection
+            with ``recovery=human`` or ``guided`` runs one episode at a time in this process whatever
+            it says (``docs/rollouts.md``).
         control: every round also fine-tunes a control policy the same way on the demos alone (same
             steps and seed; its own lineage from the base) and evaluates it on the same seeds: what the
             round's new data adds beyond more training.

@@ -13,8 +13,9 @@ import torch
 from rewind.config import ConfigError
 from rewind.envs.config import build_env
 from rewind.loop import promotion, stages
+from rewind.loop.batched_collect import collect_round
 from rewind.loop.config import LoopConfig
-from rewind.loop.episodes import collect_episodes, summarize_outcomes
+from rewind.loop.episodes import CollectRules, summarize_outcomes
 from rewind.loop.finetune_data import conflict_filter, finetune_config, finetune_record
 from rewind.loop.lineage import (
     abs_path,
@@ -39,9 +40,10 @@ from rewind.loop.report import log_to_wandb, success_text, summarize_loop, write
 from rewind.loop.sources import SourceContext, is_external, make_source, teleop_command
 from rewind.loop.stages import StageHook, timed
 from rewind.loop.stall import StallThreshold, loop_stall_threshold
-from rewind.monitor.episode import MonitoredEpisode, RewindConfig
+from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import load_monitor
 from rewind.policies.io import read_policy_meta, weights_hash
+from rewind.rollout.workers import EnvFactory
 from rewind.store import ReplayStore, store_spec_for
 from rewind.train import DataConfig, policy_api
 from rewind.train.policy_api import load_policy, resolve_weights
@@ -148,25 +150,24 @@ def _collect(
         )
         prepared = source.prepare(ctx)
         rw = RewindConfig(mode=cfg.recovery.rewind_mode, max_rewinds=10**6, auto_rewind=False)
-        device = next(loaded.policy.parameters()).device
-
-        def make() -> MonitoredEpisode:
-            return MonitoredEpisode(env, loaded.policy, monitor, tracker, rw, device)
-
         rc, seeds = cfg.recovery, range(seed0, seed0 + cfg.episodes_per_round)
         stall_steps = stall.stall_steps if stall else rc.stall_steps
+        rules = CollectRules(rc.keep, rc.pre_intervention_steps, rc.max_interventions, stall_steps)
         with ReplayStore.open_or_create(store_path, store_spec_for(env)) as store:
-            outcomes = collect_episodes(
-                make,
+            outcomes = collect_round(
+                env,
+                EnvFactory(cfg.env),
+                cfg.rollout,
+                loaded.policy,
+                monitor,
+                tracker,
+                rw,
                 source,
                 seeds,
                 store,
-                rc.keep,
+                rules,
                 loaded.version,
                 r,
-                rc.pre_intervention_steps,
-                rc.max_interventions,
-                stall_steps,
                 cfg.progress,
             )
     finally:

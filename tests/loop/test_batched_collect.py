@@ -68,9 +68,19 @@ def _collect(tiny, recovery: dict, batch: int, store_path: Path, inference_rows:
     try:
         with ReplayStore.create(store_path, store_spec_for(envs[0])) as store:
             outcomes = collect_batched(
-                envs, loaded.policy, monitor, tracker, rewind, source, seeds, store, rules, loaded.version, 1,
+                envs,
+                loaded.policy,
+                monitor,
+                tracker,
+                rewind,
+                source,
+                seeds,
+                store,
+                rules,
+                loaded.version,
+                1,
                 inference_rows,
-            )  # fmt: skip
+            )
     finally:
         for env in envs:
             env.close()
@@ -109,9 +119,17 @@ def test_at_b1_unpadded_it_is_the_sequential_collection(tiny_monitor, tmp_path: 
     try:
         with ReplayStore.create(tmp_path / "seq", store_spec_for(env)) as store:
             outcomes = collect_episodes(
-                make, source, SEEDS, store, rc.keep, loaded.version, 1, rc.pre_intervention_steps,
-                rc.max_interventions, rc.stall_steps,
-            )  # fmt: skip
+                make,
+                source,
+                SEEDS,
+                store,
+                rc.keep,
+                loaded.version,
+                1,
+                rc.pre_intervention_steps,
+                rc.max_interventions,
+                rc.stall_steps,
+            )
     finally:
         env.close()
     assert (outcomes, source.report(), _stored(tmp_path / "seq")) == batched
@@ -120,8 +138,19 @@ def test_at_b1_unpadded_it_is_the_sequential_collection(tiny_monitor, tmp_path: 
 def test_a_source_that_is_not_batchable_is_refused(tiny_monitor) -> None:
     rc, rules, monitor, tracker, rewind = _parts(tiny_monitor, {"name": "human", "person": "scripted"})
     with pytest.raises(ValueError, match="'human' is not batchable"):
-        collect_batched([], tiny_monitor.loaded.policy, monitor, tracker, rewind, make_source(rc, "lift"),
-                        SEEDS, None, rules, "v", 1)  # fmt: skip
+        collect_batched(
+            [],
+            tiny_monitor.loaded.policy,
+            monitor,
+            tracker,
+            rewind,
+            make_source(rc, "lift"),
+            SEEDS,
+            None,
+            rules,
+            "v",
+            1,
+        )
 
 
 def test_collect_round_over_env_workers_equals_in_process(tiny_monitor, tmp_path: Path) -> None:
@@ -136,9 +165,20 @@ def test_collect_round_over_env_workers_equals_in_process(tiny_monitor, tmp_path
     try:
         with ReplayStore.create(tmp_path / "w", store_spec_for(env)) as store:
             outcomes = collect_round(
-                env, factory, rollout, loaded.policy, monitor, tracker, rewind, source, SEEDS[:4], store,
-                rules, loaded.version, 1,
-            )  # fmt: skip
+                env,
+                factory,
+                rollout,
+                loaded.policy,
+                monitor,
+                tracker,
+                rewind,
+                source,
+                SEEDS[:4],
+                store,
+                rules,
+                loaded.version,
+                1,
+            )
     finally:
         env.close()
     assert (outcomes, source.report(), _stored(tmp_path / "w")) == _collect(
