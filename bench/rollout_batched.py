@@ -15,6 +15,11 @@ records (checked). One torch thread, as the monitored commands use. ``summary.in
 fastest ``predict_chunk`` on 1 row and on ``--rows`` rows (what bounds the batched speedup).
 
     MUJOCO_GL=osmesa .venv/bin/python bench/rollout_batched.py --out bench/results/rollout_batched.json
+
+``--collect operator|dagger|retry`` measures the loop's collection instead (``rewind.loop.batched_collect``:
+the recovery source acts on alarms and stalls, with the settings of ``configs/recovery/<name>.yaml``;
+``sequential`` is then the one-at-a-time ``collect_episodes``, the path before batching); outcomes of
+``batched`` and ``sequential_exact`` checked equal.
 """
 
 from __future__ import annotations
@@ -41,7 +46,18 @@ from rewind.collect import CollectConfig, run_collect  # noqa: E402
 from rewind.config import to_dataclass  # noqa: E402
 from rewind.envs.config import EnvConfig  # noqa: E402
 from rewind.envs.registry import make_env  # noqa: E402
-from rewind.monitor import Calibration, CheckpointTracker, Monitor, RewindConfig, build_library  # noqa: E402
+from rewind.loop.batched_collect import collect_batched  # noqa: E402
+from rewind.loop.config import RecoveryConfig  # noqa: E402
+from rewind.loop.episodes import CollectRules, collect_episodes  # noqa: E402
+from rewind.loop.sources import make_source  # noqa: E402
+from rewind.monitor import (  # noqa: E402
+    Calibration,
+    CheckpointTracker,
+    Monitor,
+    MonitoredEpisode,
+    RewindConfig,
+    build_library,
+)
 from rewind.monitor.checkpoints import make_labeler  # noqa: E402
 from rewind.monitor.factory import MonitorConfig, build_score, score_params  # noqa: E402
 from rewind.monitor.rollouts import run_monitored  # noqa: E402
@@ -94,24 +110,82 @@ def monitor_parts(args: argparse.Namespace, loaded: Any, store: Path) -> tuple[M
     return Monitor(score, cal), tracker
 
 
+#: ``--collect``: the recovery sources' settings of ``configs/recovery/<name>.yaml``
+COLLECT = {
+    "operator": {"name": "operator", "rewind_mode": "drive", "after": "end", "max_interventions": 1},
+    "dagger": {"name": "dagger", "after": "handback", "max_interventions": 3},
+    "retry": {"name": "retry", "rewind_mode": "restore", "max_interventions": 3, "keep": "success"},
+}
+
+
+def run_collection(
+    envs: list[Any],
+    loaded: Any,
+    monitor: Monitor,
+    tracker: Any,
+    seeds: list[int],
+    rows: int,
+    task: str,
+    name: str,
+) -> tuple[list[Any], int, int]:
+    """The loop's collection of ``seeds`` on ``task`` with recovery source ``name``: outcomes, recorded
+    steps, rewinds."""
+    node = {"max_correction_steps": 40, "stall_steps": 30, **COLLECT[name]}
+    rc = to_dataclass(node, RecoveryConfig)
+    rules = CollectRules(rc.keep, rc.pre_intervention_steps, rc.max_interventions, rc.stall_steps)
+    rewind_cfg = RewindConfig(mode=rc.rewind_mode, max_rewinds=10**6, auto_rewind=False)
+    source = make_source(rc, task)
+    if len(envs) == 1 and rows == 0:  # the one-at-a-time path (equal to collect_batched at B = 1, unpadded)
+        outcomes = collect_episodes(
+            lambda: MonitoredEpisode(envs[0], loaded.policy, monitor, tracker, rewind_cfg),
+            source,
+            seeds,
+            None,
+            rules.keep,
+            "bench",
+            1,
+            rules.pre_intervention_steps,
+            rules.max_interventions,
+            rules.stall_steps,
+        )
+    else:
+        outcomes = collect_batched(
+            envs, loaded.policy, monitor, tracker, rewind_cfg, source, seeds, None, rules, "bench", 1, rows
+        )
+    rewinds = sum(e["kind"] == "rewind" for o in outcomes for e in o.events)
+    return outcomes, sum(o.steps for o in outcomes), rewinds
+
+
 def run_setting(
-    envs: list[Any], loaded: Any, monitor: Monitor, tracker: Any, seeds: list[int], rows: int
+    envs: list[Any],
+    loaded: Any,
+    monitor: Monitor,
+    tracker: Any,
+    seeds: list[int],
+    rows: int,
+    task: str,
+    collect: str = "",
 ) -> dict[str, Any]:
-    """The episodes ``seeds`` on ``envs``: wall time, episodes/s, env steps, the records."""
+    """The episodes ``seeds`` on ``envs`` (``collect``: the loop's collection with that source): wall
+    time, episodes/s, env steps (recorded steps for a collection), the records."""
     start = time.perf_counter()
-    records, _ = run_monitored(
-        envs, loaded, monitor, tracker, RewindConfig(), seeds, 0, progress=False, inference_rows=rows
-    )
+    if collect:
+        records, steps, rewinds = run_collection(envs, loaded, monitor, tracker, seeds, rows, task, collect)
+    else:
+        recs, _ = run_monitored(
+            envs, loaded, monitor, tracker, RewindConfig(), seeds, 0, progress=False, inference_rows=rows
+        )
+        records = [dataclasses.replace(r, monitor_ms=0.0) for r in recs]
+        steps, rewinds = sum(r.length for r in recs), sum(r.rewinds for r in recs)
     wall = time.perf_counter() - start
-    steps = sum(r.length for r in records)
     return {
         "wall_s": round(wall, 3),
         "episodes_per_s": round(len(records) / wall, 4),
         "env_steps_per_s": round(steps / wall, 1),
         "env_steps": steps,
-        "rewinds": sum(r.rewinds for r in records),
+        "rewinds": rewinds,
         "successes": sum(r.success for r in records),
-        "records": [dataclasses.replace(r, monitor_ms=0.0) for r in records],
+        "records": records,
     }
 
 
@@ -149,7 +223,9 @@ def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: An
             seeds = list(range(1000 * (r + 1), 1000 * (r + 1) + args.episodes))
             row: dict[str, Any] = {"seeds": [seeds[0], seeds[-1]], "load_avg_1min": os.getloadavg()[0]}
             for name, (batch, rows) in settings.items():
-                row[name] = run_setting(envs[:batch], loaded, monitor, tracker, seeds, rows)
+                row[name] = run_setting(
+                    envs[:batch], loaded, monitor, tracker, seeds, rows, args.task, args.collect
+                )
                 log.info("round %d %s: %.3f episodes/s", r, name, row[name]["episodes_per_s"])
             if row["batched"]["records"] != row["sequential_exact"]["records"]:
                 raise SystemExit("batched and sequential_exact records differ: the equality is broken")
@@ -187,6 +263,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--quantile", type=float, default=0.9)
+    parser.add_argument("--collect", choices=sorted(COLLECT), default="", help="the loop's collection")
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_batched.json"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -204,6 +281,7 @@ def main() -> None:
         result["summary"]["inference_ms_min"] = inference_ms(args.task, loaded, args.rows)
     result["meta"] = {
         "task": args.task,
+        "collect": args.collect or None,
         "policy": f"diffusion U-Net {list(loaded.policy.config.down_dims)}, "
         f"{loaded.policy.config.inference_steps} {loaded.policy.config.scheduler} steps, "
         f"n_action_steps {loaded.policy.n_action_steps}",
