@@ -41,8 +41,10 @@ class RolloutConfig:
         backend: ``local`` runs the episodes in this process; ``ray`` shards the seeds over Ray actors
             (each with its own policy copy; the same records; ``docs/rollouts.md`` "Ray"). Only
             ``rewind-eval`` (and the loop's evaluations) run on Ray; ``workers`` needs ``local``.
-        address, actors, actor_cpus, actor_gpus, max_retries: the Ray run
-            (:class:`~rewind.rollout.ray_backend.RayOptions`; ``address`` null: a local Ray instance).
+        address, actors, actor_cpus, actor_gpus, max_retries, unit_timeout_s: the Ray run
+            (:class:`~rewind.rollout.ray_backend.RayOptions`; ``address`` null: a local Ray instance;
+            ``unit_timeout_s``: seconds an actor may take for one unit of seeds before it counts as
+            hung, is killed and the unit runs again, within ``max_retries``; ``0``: wait forever).
     """
 
     workers: int = 0
@@ -57,6 +59,7 @@ class RolloutConfig:
     actor_cpus: float = RayOptions.actor_cpus
     actor_gpus: float = RayOptions.actor_gpus
     max_retries: int = RayOptions.max_retries
+    unit_timeout_s: float = RayOptions.unit_timeout_s
 
     def __post_init__(self) -> None:
         check_choice("rollout.backend", self.backend, BACKENDS)
@@ -71,7 +74,9 @@ class RolloutConfig:
 
     def ray_options(self) -> RayOptions:
         """The Ray fields as :class:`~rewind.rollout.ray_backend.RayOptions`."""
-        return RayOptions(self.address, self.actors, self.actor_cpus, self.actor_gpus, self.max_retries)
+        return RayOptions(
+            self.address, self.actors, self.actor_cpus, self.actor_gpus, self.max_retries, self.unit_timeout_s
+        )
 
 
 def require_local(cfg: RolloutConfig, command: str) -> None:

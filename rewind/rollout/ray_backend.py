@@ -11,6 +11,9 @@ Contract:
 * Results come back to the driver, which receives them **in unit order** (``on_result``) and is the
   only writer to the store: an actor that dies loses nothing committed. Its unit runs again on a fresh
   actor, at most ``max_retries`` times; then a one-line :class:`RayRolloutError` names the seeds.
+* An actor that hangs is treated as one that died: a unit gets ``unit_timeout_s`` from the moment its
+  actor is ready for it (a new actor first gets ``max(ACTOR_START_S, unit_timeout_s)`` to start); an
+  actor past its deadline is killed and its unit runs again, within the same ``max_retries``.
 * Ray is an optional extra (``pip install 'rewind[ray]'``); without it, or with an address nobody
   answers at, the error is one line that says so.
 """
@@ -21,7 +24,8 @@ import logging
 import math
 import os
 import socket
-from collections import deque
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,6 +39,10 @@ log = logging.getLogger(__name__)
 #: the env variables a local Ray instance passes on to its workers (headless MuJoCo rendering)
 FORWARDED_ENV = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "RWD_LOG_LEVEL")
 INSTALL_HINT = "pip install 'rewind[ray]' (or: pip install ray)"
+#: seconds an actor may take for one unit of seeds before it counts as hung (``rollout.unit_timeout_s``)
+UNIT_TIMEOUT_S = 1800.0
+#: seconds a new actor gets, at least, to start: be placed, import, load the policy weights, build its envs
+ACTOR_START_S = 300.0
 
 
 class RayRolloutError(ConfigError):
@@ -66,7 +74,10 @@ class RayOptions:
         actors: actors started, each with its own policy copy (capped by the cluster's CPUs / GPUs).
         actor_cpus: CPUs each actor reserves (its torch threads follow the job's setting).
         actor_gpus: GPUs each actor reserves; with ``> 0`` its policy runs on its own GPU.
-        max_retries: times a unit runs again after its actor died.
+        max_retries: times a unit runs again after its actor died or hung.
+        unit_timeout_s: seconds an actor may take for one unit of seeds (counted from when the actor is
+            ready for it; a new actor gets ``max(ACTOR_START_S, unit_timeout_s)`` to start); an actor
+            past it is killed and the unit runs again, as after a death. ``0``: wait forever.
     """
 
     address: str | None = None
@@ -74,12 +85,14 @@ class RayOptions:
     actor_cpus: float = 1.0
     actor_gpus: float = 0.0
     max_retries: int = 2
+    unit_timeout_s: float = UNIT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         check_range("rollout.actors", self.actors, 1, 1024)
         check_range("rollout.actor_cpus", self.actor_cpus, 0.01)
         check_range("rollout.actor_gpus", self.actor_gpus, 0)
         check_range("rollout.max_retries", self.max_retries, 0, 100)
+        check_range("rollout.unit_timeout_s", self.unit_timeout_s, 0)
 
 
 def require_ray() -> ModuleType:
@@ -188,14 +201,23 @@ def _cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
+@dataclass
+class _Attempt:
+    """A unit handed to the actor in ``slot`` at ``since`` (``time.monotonic``)."""
+
+    slot: int
+    unit: int
+    since: float
+
+
 class RayShards:
     """Ray actors running the units of one job; a context manager (actors and a Ray instance started
     here end with it).
 
     Attributes:
-        actors: the actor handles, one per slot (a dead actor is replaced in its slot).
+        actors: the actor handles, one per slot (a dead or hung actor is replaced in its slot).
         running: slot -> the seeds its actor is running now (during :meth:`run`).
-        restarts: actors started in place of dead ones.
+        restarts: actors started in place of dead or hung ones.
     """
 
     def __init__(self, job: ShardJob, options: RayOptions) -> None:
@@ -205,16 +227,20 @@ class RayShards:
         self.restarts = 0
         self._stack = ExitStack()
         self.ray: ModuleType | None = None
+        self._created: list[float] = []  # slot -> when its actor was started
+        self._ready_at: list[float | None] = []  # slot -> when its actor was seen ready
+        self._starting: dict[Any, int] = {}  # an unstarted actor's ready() ref -> its slot
 
     def __enter__(self) -> RayShards:
         with ExitStack() as stack:
             self.ray = stack.enter_context(ray_session(self.options))
             resources = {"num_cpus": self.options.actor_cpus, "num_gpus": self.options.actor_gpus}
             self._actor_class = self.ray.remote(**resources)(_RolloutActor)
-            self.actors = [
-                self._actor_class.remote(self.job) for _ in range(actor_slots(self.ray, self.options))
-            ]
-            log.info("ray: %d actor(s) on %s", len(self.actors), self.options.address or "a local instance")
+            slots = actor_slots(self.ray, self.options)
+            self.actors, self._created, self._ready_at = [None] * slots, [0.0] * slots, [None] * slots
+            for slot in range(slots):
+                self._start_actor(slot)
+            log.info("ray: %d actor(s) on %s", slots, self.options.address or "a local instance")
             self._stack = stack.pop_all()
         return self
 
@@ -225,6 +251,20 @@ class RayShards:
         finally:
             self.actors = []
             self._stack.close()
+
+    def _start_actor(self, slot: int) -> None:
+        """A new actor in ``slot`` (watched until it is ready when units have a timeout)."""
+        self._starting = {ref: s for ref, s in self._starting.items() if s != slot}
+        self.actors[slot] = self._actor_class.remote(self.job)
+        self._created[slot], self._ready_at[slot] = time.monotonic(), None
+        if self.options.unit_timeout_s:
+            self._starting[self.actors[slot].ready.remote()] = slot
+
+    def _mark_ready(self, slot: int) -> None:
+        """Note that the actor in ``slot`` has built its job (its unit's clock starts)."""
+        if self._ready_at[slot] is None:
+            self._ready_at[slot] = time.monotonic()
+        self._starting = {ref: s for ref, s in self._starting.items() if s != slot}
 
     def wait_ready(self) -> None:
         """Block until every actor has built its job (raises a build error as it was)."""
@@ -237,52 +277,101 @@ class RayShards:
         """Run every unit; ``on_result(i, result)`` is called on the driver for unit ``i``, in order.
 
         Raises:
-            RayRolloutError: a unit's actor died more than ``max_retries`` times.
+            RayRolloutError: a unit's actor died or hung more than ``max_retries`` times.
             Exception: what a unit raised in its actor (the original exception, e.g. a ConfigError).
         """
         ray = self.ray
         assert ray is not None, "use RayShards as a context manager"
         queue, idle = deque(range(len(units))), deque(range(len(self.actors)))
-        inflight: dict[Any, tuple[int, int]] = {}  # result ref -> (slot, unit)
+        inflight: dict[Any, _Attempt] = {}  # result ref -> its attempt
         done: dict[int, Any] = {}
-        deaths = [0] * len(units)
+        failures = [Counter[str]() for _ in units]
         emitted = 0
         while emitted < len(units):
             while idle and queue:
                 slot, unit = idle.popleft(), queue.popleft()
-                inflight[self.actors[slot].run.remote(list(units[unit]))] = (slot, unit)
+                ref = self.actors[slot].run.remote(list(units[unit]))
+                inflight[ref] = _Attempt(slot, unit, time.monotonic())
                 self.running[slot] = list(units[unit])
-            ready, _ = ray.wait(list(inflight), num_returns=1)
-            slot, unit = inflight.pop(ready[0])
-            del self.running[slot]
-            try:
-                done[unit] = ray.get(ready[0])
-            except ray.exceptions.RayActorError as exc:
-                deaths[unit] += 1
-                self._replace(slot, list(units[unit]), deaths[unit], exc)
-                queue.appendleft(unit)
-            except ray.exceptions.RayTaskError as exc:
-                log.debug("unit %s failed in its actor:\n%s", list(units[unit]), exc)
-                raise _cause(exc) from None
-            idle.append(slot)
+            ready, _ = ray.wait([*inflight, *self._starting], num_returns=1, timeout=self._wait_s(inflight))
+            if ready and ready[0] in self._starting:
+                self._mark_ready(self._starting[ready[0]])
+                continue
+            for ref, overdue in [(ready[0], None)] if ready else self._overdue(inflight):
+                attempt = inflight.pop(ref)
+                del self.running[attempt.slot]
+                ok, result = self._collect(ref, attempt, overdue, list(units[attempt.unit]), failures)
+                if ok:
+                    done[attempt.unit] = result
+                else:
+                    queue.appendleft(attempt.unit)
+                idle.append(attempt.slot)
             while emitted in done:
                 on_result(emitted, done.pop(emitted))
                 emitted += 1
 
-    def _replace(self, slot: int, seeds: list[int], deaths: int, exc: BaseException) -> None:
-        """A fresh actor in ``slot`` after its actor died running ``seeds`` (or the one-line error)."""
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if deaths > self.options.max_retries:
-            raise RayRolloutError(
-                f"seeds {seeds}: their Ray actor died {deaths} time(s), more than "
-                f"rollout.max_retries={self.options.max_retries} ({first})"
-            )
-        log.warning(
-            "ray: the actor running seeds %s died (%s); running them again on a new actor", seeds, first
-        )
+    def _collect(
+        self, ref: Any, attempt: _Attempt, overdue: str | None, seeds: list[int], failures: list[Counter[str]]
+    ) -> tuple[bool, Any]:
+        """``(True, result)`` of a finished unit; ``(False, None)`` when its actor died or is ``overdue``
+        (``hung`` or ``unstarted``): the actor is replaced and the unit is to run again."""
+        kind, detail = overdue, ""
+        if kind is None:
+            try:
+                result = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                kind, detail = "died", (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            except self.ray.exceptions.RayTaskError as exc:
+                log.debug("unit %s failed in its actor:\n%s", seeds, exc)
+                raise _cause(exc) from None
+            else:
+                self._mark_ready(attempt.slot)
+                return True, result
+        failures[attempt.unit][kind] += 1
+        self._replace(attempt.slot, seeds, failures[attempt.unit], detail)
+        return False, None
+
+    def _deadline(self, attempt: _Attempt) -> tuple[float, str]:
+        """When ``attempt`` is overdue, and what its actor then is: ``unstarted`` or ``hung``."""
+        ready_at, timeout = self._ready_at[attempt.slot], self.options.unit_timeout_s
+        if ready_at is None:
+            return self._created[attempt.slot] + max(ACTOR_START_S, timeout), "unstarted"
+        return max(attempt.since, ready_at) + timeout, "hung"
+
+    def _wait_s(self, inflight: dict[Any, _Attempt]) -> float | None:
+        """Seconds until the first deadline of the units in flight (``None``: no timeout)."""
+        if not self.options.unit_timeout_s or not inflight:
+            return None
+        return max(0.0, min(self._deadline(a)[0] for a in inflight.values()) - time.monotonic())
+
+    def _overdue(self, inflight: dict[Any, _Attempt]) -> list[tuple[Any, str]]:
+        """The result refs of the units past their deadline, with what their actor is."""
+        now = time.monotonic()
+        deadlines = {ref: self._deadline(a) for ref, a in inflight.items()}
+        return [(ref, kind) for ref, (deadline, kind) in deadlines.items() if deadline <= now]
+
+    def _replace(self, slot: int, seeds: list[int], failures: Counter[str], detail: str) -> None:
+        """A fresh actor in ``slot`` after its actor died or hung running ``seeds`` (killed first), or
+        the one-line error once they failed more than ``max_retries`` times."""
         self.ray.kill(self.actors[slot])
-        self.actors[slot] = self._actor_class.remote(self.job)
+        why = " and ".join(self._failure_text(kind, n) for kind, n in failures.items())
+        if sum(failures.values()) > self.options.max_retries:
+            raise RayRolloutError(
+                f"seeds {seeds}: their Ray actor {why}, more than "
+                f"rollout.max_retries={self.options.max_retries}" + (f" ({detail})" if detail else "")
+            )
+        log.warning("ray: the actor running seeds %s %s; running them again on a new actor", seeds, why)
+        self._start_actor(slot)
         self.restarts += 1
+
+    def _failure_text(self, kind: str, n: int) -> str:
+        """``died 2 time(s)``, ``hung 1 time(s) (no result within rollout.unit_timeout_s=60 s; killed)``."""
+        timeout = self.options.unit_timeout_s
+        if kind == "hung":
+            return f"hung {n} time(s) (no result within rollout.unit_timeout_s={timeout:g} s; killed)"
+        if kind == "unstarted":
+            return f"did not start {n} time(s) (not ready within {max(ACTOR_START_S, timeout):g} s; killed)"
+        return f"died {n} time(s)"
 
 
 def run_sharded(

@@ -1,7 +1,9 @@
 """``rollout.backend=ray`` on a local Ray cluster with 2 CPUs, real MuJoCo and the session's tiny policy:
 records and stored episodes equal the local backend's (with and without a monitor); an actor killed
 mid-run has its seeds run again and the store gets each episode exactly once; a unit whose actors keep
-dying ends in a one-line error; an error raised in an actor reaches the driver as it was."""
+dying ends in a one-line error; an actor that hangs (in a unit, or while it starts) is killed after
+``rollout.unit_timeout_s`` and its seeds run again, within the same bounded retries; an error raised in an
+actor reaches the driver as it was."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from rewind.eval.config import EvalConfig  # noqa: E402
 from rewind.eval.runner import run_eval  # noqa: E402
 from rewind.eval.sharded import EvalJob, UnitResult, units_of  # noqa: E402
 from rewind.monitor import Calibration  # noqa: E402
+from rewind.rollout import ray_backend  # noqa: E402
 from rewind.rollout.ray_backend import RayOptions, RayRolloutError, RayShards  # noqa: E402
 from rewind.scripts.eval import main as eval_main  # noqa: E402
 from rewind.store import ReplayStore, store_spec_for  # noqa: E402
@@ -205,6 +208,63 @@ def test_retries_are_bounded(cluster) -> None:
             shards.run([[7], [8]], lambda i, r: None)
         assert shards.restarts == 1
     assert "\n" not in str(exc.value)
+
+
+class _HangingJob:
+    """A job whose actor hangs in the units holding ``seed`` (with ``once``, a marker file: only the first
+    time, so the rerun on a fresh actor finishes), or, with ``in_build``, while it starts."""
+
+    def __init__(self, seed: int = -1, once: Path | None = None, in_build: bool = False) -> None:
+        self.seed, self.once, self.in_build = seed, once, in_build
+
+    def build(self) -> _HangingJob:
+        if self.in_build:
+            time.sleep(3600)
+        return self
+
+    def run(self, seeds: list[int]) -> list[int]:
+        if self.seed in seeds and not (self.once and self.once.exists()):
+            if self.once:
+                self.once.touch()
+            time.sleep(3600)
+        return [10 * s for s in seeds]
+
+
+def test_a_hung_actor_is_killed_and_its_seeds_run_again(cluster, tmp_path) -> None:
+    results: list[Any] = []
+    options = RayOptions(actors=2, unit_timeout_s=2)
+    with RayShards(_HangingJob(8, once=tmp_path / "hung"), options) as shards:
+        shards.run([[7], [8], [9]], lambda i, r: results.append((i, r)))
+        assert shards.restarts == 1
+    assert (tmp_path / "hung").exists()  # unit [8] did hang once
+    assert results == [(0, [70]), (1, [80]), (2, [90])]  # each unit once, in order, the rerun's result
+
+
+def test_an_actor_that_keeps_hanging_is_one_line_naming_its_seeds(cluster) -> None:
+    with RayShards(_HangingJob(7), RayOptions(actors=1, max_retries=1, unit_timeout_s=1)) as shards:
+        first = shards.actors[0]
+        with pytest.raises(RayRolloutError) as exc:
+            shards.run([[7], [8]], lambda i, r: None)
+        assert shards.restarts == 1
+        with pytest.raises(ray.exceptions.RayActorError):  # the hung actor was killed, not left running
+            ray.get(first.ready.remote(), timeout=60)
+    assert str(exc.value) == (
+        "seeds [7]: their Ray actor hung 2 time(s) (no result within rollout.unit_timeout_s=1 s; "
+        "killed), more than rollout.max_retries=1"
+    )
+
+
+def test_an_actor_that_never_starts_is_killed_within_the_start_timeout(cluster, monkeypatch) -> None:
+    monkeypatch.setattr(ray_backend, "ACTOR_START_S", 1.0)
+    with RayShards(
+        _HangingJob(in_build=True), RayOptions(actors=1, max_retries=0, unit_timeout_s=1)
+    ) as shards:
+        with pytest.raises(RayRolloutError) as exc:
+            shards.run([[3]], lambda i, r: None)
+    assert str(exc.value) == (
+        "seeds [3]: their Ray actor did not start 1 time(s) (not ready within 1 s; killed), "
+        "more than rollout.max_retries=0"
+    )
 
 
 class _FailingJob:

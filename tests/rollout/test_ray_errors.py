@@ -9,6 +9,7 @@ import time
 import pytest
 
 from rewind.config import ConfigError
+from rewind.rollout.config import RolloutConfig
 from rewind.rollout.ray_backend import RayOptions, RayRolloutError, check_reachable, ray_session, require_ray
 
 
@@ -46,6 +47,10 @@ def test_bad_options_and_addresses() -> None:
         RayOptions(actors=0)
     with pytest.raises(ConfigError, match=r"rollout.max_retries must be in \[0, 100\]; got -1"):
         RayOptions(max_retries=-1)
+    with pytest.raises(ConfigError, match=r"rollout.unit_timeout_s must be >= 0; got -1"):
+        RayOptions(unit_timeout_s=-1)
+    assert RolloutConfig(backend="ray", unit_timeout_s=5).ray_options().unit_timeout_s == 5
+    assert RolloutConfig().ray_options() == RayOptions()  # one set of defaults
     with pytest.raises(RayRolloutError, match="rollout.address=headnode: expected HOST:PORT"):
         check_reachable("headnode")
 
