@@ -26,7 +26,7 @@ from typing import Any
 
 from rewind.config import ConfigError, with_renamed_keys
 from rewind.loop.record import RoundRecord
-from rewind.utils.io import as_json, atomic_write_json, changed_keys
+from rewind.utils.io import DiskFullError, as_json, atomic_write_json, changed_keys
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,14 @@ def clear_unfinished(out: Path, r: int, keep: tuple[str, ...] = ()) -> Path:
 
 
 def mark_done(out: Path, r: int, record: RoundRecord) -> None:
-    """Write round ``r``'s record atomically: from now on the round is done."""
-    atomic_write_json(round_dir(out, r) / RECORD, record.to_json())
+    """Write round ``r``'s record atomically: from now on the round is done. On a full disk a one-line
+    :class:`~rewind.utils.io.DiskFullError`: the round stays not done, and the loop run again redoes it."""
+    try:
+        atomic_write_json(round_dir(out, r) / RECORD, record.to_json())
+    except DiskFullError as exc:
+        raise DiskFullError(
+            f"{exc}; round {r} is not done: free some space and run the loop again (same out_dir) to redo it"
+        ) from exc
 
 
 def rel(out: Path, path: str | Path) -> str:

@@ -4,12 +4,16 @@ Every helper writes to a temporary file in the destination folder, fsyncs it and
 ``os.replace``-s it over the destination (atomic on POSIX when both are on one file system).
 The temporary file comes from :func:`tempfile.mkstemp`, so every file written here is readable by
 its owner only (mode 0600); :func:`private_opener` gives files opened for appending the same mode.
+A write the filesystem refuses for lack of space (``ENOSPC``, ``EDQUOT``) is a one-line
+:class:`DiskFullError` naming the file; the temporary file is removed and the destination keeps what
+it held before (or stays absent).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -18,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+#: ``errno`` values of a filesystem out of space: a full disk, an exhausted quota
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFullError(ValueError):
+    """A file the filesystem had no room for (a full disk, a quota): one line naming the file, reported
+    by the commands like any user error (exit status 2). Nothing of the new content is left behind."""
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -73,24 +85,44 @@ def private_opener(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path.
+def _write_synced(fh: Any, data: bytes) -> None:
+    """Write ``data`` to the open temporary file and push it to the disk (flush + fsync)."""
+    fh.write(data)
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + ``os.replace``); returns the path.
 
     The file ends up with mode 0600 (owner only), whatever mode an earlier file at ``path`` had.
+
+    Raises:
+        DiskFullError: the filesystem is out of space (``ENOSPC``/``EDQUOT``); ``path`` is as it was.
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    existed = dest.exists()
     try:
-        with os.fdopen(fd, "w", encoding=encoding) as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                _write_synced(fh, data)
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        before = "its previous content is intact" if existed else "no partial file was left"
+        raise DiskFullError(f"{dest} was not written ({exc.strerror or exc}); {before}") from exc
     return dest
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`); returns the path."""
+    return atomic_write_bytes(path, text.encode(encoding))
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
