@@ -1,6 +1,6 @@
 """How far from the demos the human-like operator model finds the states it acts in (issue 13 §1).
 
-The model's skill falls with the distance ratio of :class:`rewind.envs.operators.human_like.DemoDistance`
+The model's skill falls with the distance ratio of :class:`rewind.envs.operators.demo_distance.DemoDistance`
 (nearest-demo-state distance over the held-out demo median). This script reports the 10th, 50th and
 90th percentiles of that ratio for: states of *new* demos (``--new-demos``: every 5th step of their
 episodes, the reference a ratio of ~1 should mean) and the first step of every correction/recovery
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rewind.envs.operators.human_like import DemoDistance
+from rewind.envs.operators.demo_distance import DemoDistance
 from rewind.store import SOURCE_CODES, ReplayStore
 
 log = logging.getLogger("bench.operator_distance")

@@ -38,8 +38,9 @@ import numpy as np
 from rewind.config import ConfigError
 from rewind.envs import make_operator
 from rewind.envs.operators.base import Operator, OperatorNoise
+from rewind.envs.operators.demo_distance import DemoDistance
 from rewind.envs.operators.handback import complete_current_stage
-from rewind.envs.operators.human_like import CONTROL_DT, DemoDistance, HumanLikeOperator, operator_time_s
+from rewind.envs.operators.human_like import CONTROL_DT, HumanLikeOperator, operator_time_s
 from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
 from rewind.monitor.episode import MonitoredEpisode, StepResult
 from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
