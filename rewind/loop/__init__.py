@@ -2,6 +2,7 @@
 fine-tune on it, recalibrate, evaluate, repeat.
 
 * :mod:`rewind.loop.sources`: the recovery sources (``recovery=retry|operator|dagger|human|guided``);
+* :mod:`rewind.loop.operator_drive`: a scripted operator driving a monitored episode (recorded steps);
 * :mod:`rewind.loop.episodes`: a round's monitored episodes, recorded with their labels;
 * :mod:`rewind.loop.guided`: ReGuide-style guidance (phase prototypes, latent dynamics, drift gate);
 * :mod:`rewind.loop.guided_diagnostics`: what guidance did (gating, action change, drift AUROC);

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -39,9 +38,10 @@ from rewind.config import ConfigError
 from rewind.envs import make_operator
 from rewind.envs.operators.base import Operator, OperatorNoise
 from rewind.envs.operators.demo_distance import DemoDistance
-from rewind.envs.operators.handback import complete_current_stage
 from rewind.envs.operators.human_like import CONTROL_DT, HumanLikeOperator, operator_time_s
 from rewind.loop.config import RECOVERY_SOURCES, RecoveryConfig
+from rewind.loop.operator_drive import EpisodeAsEnv as EpisodeAsEnv  # re-exported (its old home)
+from rewind.loop.operator_drive import drive_operator
 from rewind.monitor.episode import MonitoredEpisode, StepResult
 from rewind.monitor.recording import OPERATOR_SOURCES, EpisodeRecording
 
@@ -103,41 +103,6 @@ class LoopRecording(EpisodeRecording):
             n += 1
         self.trim_segments()
         return n
-
-
-class EpisodeAsEnv:
-    """A :class:`MonitoredEpisode` seen as a gym env by a scripted operator: each ``step`` is an
-    ``external_step`` recorded as ``source`` (recorded, counted, policy queue cleared). ``stop()`` true
-    after a step (a human-like operator gave up) ends the drive: the step reports ``truncated``."""
-
-    def __init__(self, ep: MonitoredEpisode, source: str, stop: Callable[[], bool] | None = None) -> None:
-        self.ep, self.source, self.stop = ep, source, stop
-
-    @property
-    def unwrapped(self) -> Any:
-        """The task env (what operators read)."""
-        return self.ep.base
-
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """Apply ``action`` as ``source``; returns ``(obs, 0.0, done, stopped, info)``."""
-        res = self.ep.external_step(action, self.source)
-        return self.ep.obs, 0.0, res.done, self.stop is not None and self.stop(), res.info
-
-
-def drive_operator(
-    ep: MonitoredEpisode, operator: Operator, source: str, until: str, budget: int
-) -> tuple[int, bool]:
-    """The operator drives ``ep`` (steps recorded as ``source``) until the current ``stage`` or the whole
-    ``task`` is done, the episode ends, or ``budget`` steps are spent; returns the steps taken and
-    whether it completed what it set out to do (a stage, or the task)."""
-    env, steps, completed = EpisodeAsEnv(ep, source, getattr(operator, "stopped", None)), 0, False
-    while steps < budget and not ep.done:
-        res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
-        steps += res.steps
-        completed = res.completed if until == "stage" else ep.success
-        if until == "stage" or res.done or not res.completed or res.steps == 0:
-            break
-    return steps, completed or ep.success
 
 
 class RecoverySource(ABC):
