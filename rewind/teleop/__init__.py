@@ -2,7 +2,8 @@
 in on an alarm, rewind, correct, and record every step with its label.
 
 * :mod:`rewind.teleop.session`: :class:`TeleopSession`, the HTTP-free state machine (modes,
-  commands, recording, commits);
+  stepping, recording, commits);
+* :mod:`rewind.teleop.session_commands`: how the session carries out each command (a mixin);
 * :mod:`rewind.teleop.commands`: the session's modes, commands, settings and command error;
 * :mod:`rewind.teleop.controls`: key bindings and the person's input;
 * :mod:`rewind.teleop.simulation`: :class:`SimLoop`, the simulation thread (control rate, frames, state);

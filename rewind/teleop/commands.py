@@ -1,6 +1,6 @@
 """The teleop session's vocabulary: its modes (:data:`MODES`), the commands a front end may send
 (:data:`COMMANDS`) with their accepted values, the error a refused command raises and the session's
-settings (:class:`SessionSettings`). :mod:`rewind.teleop.session` carries them out."""
+settings (:class:`SessionSettings`). :mod:`rewind.teleop.session_commands` carries them out."""
 
 from __future__ import annotations
 
