@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 
 from rewind.envs.core.mjcf import FINGER_STROKE, N_SUBSTEPS
-from rewind.envs.core.snapshot import SimSnapshot
+from rewind.envs.core.snapshot import STATE_SIG, SnapshotMixin
 
 MAX_DPOS = 0.02
 MAX_DYAW = 0.15
@@ -41,7 +41,6 @@ WORKSPACE_HIGH = np.array([0.35, 0.35, 0.35])
 ACT_DIM = 5
 #: A generalized coordinate beyond this magnitude (m) means the simulation has blown up.
 MAX_ABS_QPOS = 10.0
-_STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BAD_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQACC,
     mujoco.mjtWarning.mjWARN_BADQPOS,
@@ -75,8 +74,8 @@ def quat_yaw(q: np.ndarray) -> float:
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
-class TaskEnv(gym.Env):
-    """A MuJoCo manipulation task with named stages and exact snapshot/restore.
+class TaskEnv(SnapshotMixin, gym.Env):
+    """A MuJoCo manipulation task with named stages and exact snapshot/restore (:class:`SnapshotMixin`).
 
     Subclasses set ``task_name``, ``stage_names``, ``object_names`` and implement
     :meth:`_scene_xml`, :meth:`_randomize` and :meth:`_compute_stage`.
@@ -117,7 +116,7 @@ class TaskEnv(gym.Env):
         self._friction_scale = 1.0
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(ACT_DIM,), dtype=np.float32)
         self.observation_space = self._make_obs_space()
-        self.state_dim = mujoco.mj_stateSize(self.model, _STATE_SIG)
+        self.state_dim = mujoco.mj_stateSize(self.model, STATE_SIG)
         self._state_buf = np.empty(self.state_dim)
 
     # ----------------------------------------------------------------- task hooks
@@ -331,6 +330,7 @@ class TaskEnv(gym.Env):
         self._renderer = None
 
     # ----------------------------------------------------------------- rewind
+    # (snapshot() and restore() come from SnapshotMixin, envs/core/snapshot.py)
     @property
     def elapsed_steps(self) -> int:
         """Control steps taken in this episode (a :meth:`restore` sets it back)."""
@@ -340,32 +340,9 @@ class TaskEnv(gym.Env):
         """The observation of the current state (e.g. after :meth:`restore`)."""
         return self._obs()
 
-    def snapshot(self) -> SimSnapshot:
-        """Capture the full episode state; :meth:`restore` brings it back bit-exactly."""
-        physics = np.empty(self.state_dim)
-        mujoco.mj_getState(self.model, self.data, physics, _STATE_SIG)
-        physics.flags.writeable = False
-        return SimSnapshot(
-            physics=physics,
-            rng_state=self._rng.bit_generator.state,
-            step_count=self._step_count,
-            finger_friction_scale=self._friction_scale,
-            target_yaw=self._target_yaw,
-        )
-
-    def restore(self, snap: SimSnapshot) -> None:
-        """Return to ``snap``: the same actions afterwards give bit-identical observations."""
-        mujoco.mj_setState(self.model, self.data, snap.physics, _STATE_SIG)
-        self.data.warning.number[:] = 0
-        self._rng.bit_generator.state = snap.rng_state
-        self._step_count = snap.step_count
-        self._target_yaw = snap.target_yaw
-        if snap.finger_friction_scale != self._friction_scale:
-            self._set_finger_friction(snap.finger_friction_scale)
-
     def physics_state(self) -> np.ndarray:
         """The flat MuJoCo integration state (float64 ``[state_dim]``), as stored per step."""
-        mujoco.mj_getState(self.model, self.data, self._state_buf, _STATE_SIG)
+        mujoco.mj_getState(self.model, self.data, self._state_buf, STATE_SIG)
         return self._state_buf.copy()
 
     def set_physics_state(self, state: np.ndarray) -> None:
@@ -373,7 +350,7 @@ class TaskEnv(gym.Env):
         state = np.asarray(state, dtype=np.float64)
         if state.shape != (self.state_dim,):
             raise ValueError(f"physics state must have shape ({self.state_dim},); got {state.shape}")
-        mujoco.mj_setState(self.model, self.data, state, _STATE_SIG)
+        mujoco.mj_setState(self.model, self.data, state, STATE_SIG)
         self.data.warning.number[:] = 0
         self._target_yaw = quat_yaw(self.data.mocap_quat[0])
         mujoco.mj_forward(self.model, self.data)
