@@ -30,7 +30,11 @@ from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path
 ROOT = "runs/loop_experiment/stack3"
 #: name -> (what it changes, extra rewind-train overrides, the round store or None for the default).
 VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
-    "as_loop": ("the loop's recipe: 20% demos, 80% intervention segments (correction only)", [], None),
+    "as_loop": (
+        "the loop's recipe: 20% demos, 80% the intervention segments (policy steps at weight 0)",
+        [],
+        None,
+    ),
     "control": ("demos only (the loop's control arm)", ["data.extra_paths=[]"], None),
     "new_demos": (
         "20% demos, 80% the 200-demo store (100 more demos) instead of the round",
