@@ -12,6 +12,7 @@ folder under ``out_dir/wandb`` and never touches the network; upload later with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from rewind.config import ConfigError, check_choice
-from rewind.utils.io import private_opener, to_jsonable
+from rewind.utils.io import DiskFullError, is_disk_full, private_opener, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class MetricsLogger:
         self.mode = mode
         self.path = self.out_dir / JSONL_NAME
         self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8", opener=private_opener)  # noqa: SIM115 (mode 0600)
+        self._fh = open(self.path, "ab", buffering=0, opener=private_opener)  # noqa: SIM115 (mode 0600)
         self._last_step = -1
         self._closed = False
         self._wandb: Any = None
@@ -132,10 +133,26 @@ class MetricsLogger:
         if clash:
             raise ValueError(f"metric names {sorted(clash)} are reserved")
         record = {"kind": kind, "step": step, "wall_time": round(time.time(), 6), **payload}
-        line = json.dumps(record, default=to_jsonable, allow_nan=True)
+        line = (json.dumps(record, default=to_jsonable, allow_nan=True) + "\n").encode("utf-8")
         with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
+            self._append(line)
+
+    def _append(self, data: bytes) -> None:
+        """Append one whole line, or nothing: a write the disk refuses half way is cut off again, so
+        ``metrics.jsonl`` never holds a partial line (raises :class:`DiskFullError` naming the file)."""
+        start = self._fh.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._fh.write(view) :]
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            with contextlib.suppress(OSError):
+                self._fh.truncate(start)
+            raise DiskFullError(
+                f"{self.path}: a metrics record was not written ({exc.strerror}); the records before it are intact"
+            ) from exc
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record scalar (or JSON-able) metrics at ``step`` (default: previous step + 1)."""

@@ -38,7 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rewind.config import ConfigError
-from rewind.utils.io import atomic_write_json, file_sha256
+from rewind.utils.io import atomic_write_json, disk_full_error, file_sha256, fsync_dir, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,13 @@ def step_name(step: int) -> str:
 # ----------------------------------------------------------------------------- atomic folders
 @contextmanager
 def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success rename it to ``final`` (replacing an old one)."""
+    """Yield a temporary sibling folder; on success rename it to ``final`` (replacing an old one).
+
+    Raises:
+        DiskFullError: the filesystem ran out of space while the folder was written (one line naming
+            ``final``); the temporary folder is removed and ``final`` keeps what it held.
+    """
+    existed = final.exists()
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -80,24 +86,12 @@ def atomic_dir(final: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    except BaseException:
+        fsync_dir(final.parent)
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full_error(final, exc, existed) from exc
         raise
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable (best effort: not every file system allows it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _read_json(path: Path) -> Any:

@@ -1,7 +1,8 @@
 """Atomic file writes: a reader never sees a half-written file.
 
-Every helper writes to a temporary file in the destination folder, fsyncs it and then
-``os.replace``-s it over the destination (atomic on POSIX when both are on one file system).
+Every helper writes to a temporary file in the destination folder, fsyncs it, ``os.replace``-s it
+over the destination (atomic on POSIX when both are on one file system) and fsyncs the folder, so the
+rename itself survives a power loss.
 The temporary file comes from :func:`tempfile.mkstemp`, so every file written here is readable by
 its owner only (mode 0600); :func:`private_opener` gives files opened for appending the same mode.
 A write the filesystem refuses for lack of space (``ENOSPC``, ``EDQUOT``) is a one-line
@@ -85,6 +86,37 @@ def private_opener(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the filesystem refusing a write for lack of space: an ``OSError`` with errno
+    ``ENOSPC``/``EDQUOT``, or a library error that wraps one in its message (safetensors raises
+    ``SafetensorError('... No space left on device (os error 28)')``)."""
+    if isinstance(exc, OSError):
+        return exc.errno in DISK_FULL
+    text = str(exc)
+    return any(f"(os error {code})" in text for code in DISK_FULL)
+
+
+def disk_full_error(target: str | os.PathLike[str], exc: BaseException, existed: bool) -> DiskFullError:
+    """The one-line :class:`DiskFullError` for ``target`` (a file or a folder) refused by ``exc``."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else os.strerror(errno.ENOSPC)
+    before = "its previous content is intact" if existed else "no partial file was left"
+    return DiskFullError(f"{target} was not written ({reason}); {before}")
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Make a rename inside ``folder`` durable (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _write_synced(fh: Any, data: bytes) -> None:
     """Write ``data`` to the open temporary file and push it to the disk (flush + fsync)."""
     fh.write(data)
@@ -113,10 +145,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
-        if exc.errno not in DISK_FULL:
+        if not is_disk_full(exc):
             raise
-        before = "its previous content is intact" if existed else "no partial file was left"
-        raise DiskFullError(f"{dest} was not written ({exc.strerror or exc}); {before}") from exc
+        raise disk_full_error(dest, exc, existed) from exc
+    fsync_dir(dest.parent)
     return dest
 
 
