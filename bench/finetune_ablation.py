@@ -31,7 +31,8 @@ ROOT = "runs/loop_experiment/stack3"
 #: name -> (what it changes, extra rewind-train overrides, the round store or None for the default).
 VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "as_loop": (
-        "the loop's recipe: 20% demos, 80% the intervention segments (policy steps at weight 0)",
+        "the loop's recipe before 2026-12-04: 20% demos, 80% the intervention segments, drive-back "
+        "recovery included (policy steps at weight 0); corrections_only is RaC's default since",
         [],
         None,
     ),

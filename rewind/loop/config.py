@@ -174,8 +174,9 @@ class FinetuneConfig:
             share of the batch shrinks (the demos take the rest) so that ``steps * batch_size *
             share <= max_passes * their steps``; ``null``: no cap (the share is ``1 - demo_share``).
         sample_weights: per-source sample weights of the training data, on top of the recovery source's
-            defaults (operator, dagger, human: ``{policy: 0, pre_intervention: 0}``, i.e. the
-            intervention segments only, as RaC and HG-DAgger train; retry, guided: every kept step).
+            defaults (dagger, human: ``{policy: 0, pre_intervention: 0}``, i.e. the intervention
+            segments only, as RaC and HG-DAgger train; operator: also ``recovery: 0``, the scripted
+            drive back is stored but not trained on; retry, guided: every kept step).
             Sirius-style: ``'+finetune.sample_weights={policy: 1.0, correction: 2.0}'`` (the ``+``
             lets Hydra add keys to the empty mapping).
         sample_weight_mode: ``sample`` (windows drawn in proportion to their weight; weight-0 windows never)

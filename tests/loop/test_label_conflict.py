@@ -59,8 +59,12 @@ def test_loop_with_the_filter_records_what_it_kept_and_dropped(tmp_path: Path, t
     summary = run_loop(loop_config(out, tiny_run, rounds=1, finetune={"conflict_filter": {"enabled": True}}))
     rec = json.loads((round_dir(out, 1) / RECORD).read_text())
     filt = rec["data"]["conflict_filter"]
+    weights_of = rec["data"]["sample_weights"]  # only trained-on operator steps are scored
+    assert weights_of.get("recovery") == 0.0  # RaC's default: the drive back is stored, not trained on
     n_scored = sum(
-        n for src, n in rec["collection"]["source_counts"].items() if src in ("correction", "recovery")
+        n
+        for src, n in rec["collection"]["source_counts"].items()
+        if src in ("correction", "recovery") and weights_of.get(src, 1.0) > 0
     )
     assert n_scored > 0 and filt["kept"] + filt["dropped"] == n_scored
     assert filt["rounds"]["1"]["scored"] == n_scored and "conflict_filter" in rec["timings_s"]

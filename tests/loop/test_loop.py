@@ -34,7 +34,8 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_run) -> None:
     assert r1["finetune"]["init"] == {"from_weights": base["policy"]["weights"], "normalizer": "keep"}
     assert r2["finetune"]["init"]["from_weights"] == r1["policy"]["weights"]  # continues from the last round
     assert set(r2["data"]["rounds"]) == {"1", "2"} and r2["data"]["mix"][0] == pytest.approx(0.2)
-    assert r2["data"]["sample_weights"] == {"policy": 0.0, "pre_intervention": 0.0}  # RaC: interventions only
+    # RaC with the scripted operator: the corrections only (the drive back is the rewind controller's)
+    assert r2["data"]["sample_weights"] == {"policy": 0.0, "pre_intervention": 0.0, "recovery": 0.0}
     # the control arm: the same fine-tuning on the demos alone, its own lineage from the base
     assert r1["control"]["policy"]["parent"] == base["policy"]["version"]
     assert r2["control"]["policy"]["parent"] == r1["control"]["policy"]["version"]
