@@ -32,7 +32,7 @@ ROOT = "runs/loop_experiment/stack3"
 VARIANTS: dict[str, tuple[str, list[str], str | None]] = {
     "as_loop": (
         "the loop's recipe before 2026-12-04: 20% demos, 80% the intervention segments, drive-back "
-        "recovery included (policy steps at weight 0); corrections_only is RaC's default since",
+        "recovery included (policy steps at weight 0); corrections_only is RaC's default since then",
         [],
         None,
     ),

@@ -7,10 +7,11 @@ set -euo pipefail
 out=$1; episodes=$2; shift 2
 root=runs/heldout_eval
 bin=${REWIND_BIN:-.venv/bin}
+mkdir -p "$root"
 for spec in "$@"; do
   name=${spec%%=*}; weights=${spec#*=}
   "$bin/rewind-eval" policy_path="$weights" env=pick_place episodes="$episodes" seed=90000 \
-    out_dir="$root/$name" >"$root.$name.log" 2>&1 || { echo "rewind-eval failed for $name: $root.$name.log" >&2; exit 1; }
+    out_dir="$root/$name" >"$root/$name.log" 2>&1 || { echo "rewind-eval failed for $name: $root/$name.log" >&2; exit 1; }
 done
 python3 - "$out" "$root" "$@" <<'PY'
 import json, sys
