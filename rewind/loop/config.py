@@ -329,6 +329,9 @@ class LoopConfig(CommandConfig):
         control: every round also fine-tunes a control policy the same way on the demos alone (same
             steps and seed; its own lineage from the base) and evaluates it on the same seeds: what the
             round's new data adds beyond more training.
+        parallel_control: run each round's control arm in its own process while the round collects and
+            fine-tunes (a second core makes it free; the records are the same as with ``false``, which
+            runs it in this process after the fine-tuning; :mod:`rewind.loop.control_arm`).
         device / num_threads: torch device and intra-op threads (1 is fastest on a busy 2-core CPU).
         wandb: the loop's one W&B run (per-round table, success-vs-operator-steps chart).
         progress: progress bars.
@@ -348,6 +351,7 @@ class LoopConfig(CommandConfig):
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     seed: int = 0
     control: bool = True
+    parallel_control: bool = True
     device: str = "cpu"
     num_threads: int = 1
     wandb: WandbConfig = field(default_factory=WandbConfig)

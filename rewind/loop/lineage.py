@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 IDENTITY = "loop.json"
 RECORD = "round.json"
 #: Config keys a resumed loop may change.
-RESUMABLE = ("out_dir", "rounds", "progress", "device", "num_threads", "wandb")
+RESUMABLE = ("out_dir", "rounds", "progress", "device", "num_threads", "parallel_control", "wandb")
 #: The ``rollout`` settings that are part of a loop's results (the others only say where and how many
 #: rollouts run at once, and may change on resume).
 ROLLOUT_IDENTITY = ("inference_rows",)

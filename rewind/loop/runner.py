@@ -15,6 +15,7 @@ from rewind.envs.config import build_env
 from rewind.loop import promotion, stages
 from rewind.loop.batched_collect import collect_round
 from rewind.loop.config import LoopConfig
+from rewind.loop.control_arm import ControlProcess
 from rewind.loop.episodes import CollectRules, summarize_outcomes
 from rewind.loop.finetune_data import conflict_filter, finetune_config, finetune_record
 from rewind.loop.lineage import (
@@ -212,7 +213,7 @@ def _external(
     }
 
 
-def _control(
+def control_arm(
     cfg: LoopConfig,
     out: Path,
     r: int,
@@ -220,7 +221,8 @@ def _control(
     t: dict[str, float],
     hook: StageHook | None,
 ) -> ControlRecord:
-    """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated."""
+    """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated (here, or in its
+    own process: :mod:`rewind.loop.control_arm`)."""
     folder = round_dir(out, r) / "control"
     tcfg, _, _ = finetune_config(cfg, out, r, records, folder / "train", control=True)
     with timed(t, "control_finetune", hook, r):
@@ -277,6 +279,16 @@ def _deployed_selection(
     return prev.selection
 
 
+def _start_control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord]) -> ControlProcess | None:
+    """Round ``r``'s control arm in its own process (``parallel_control``), or None: it runs here. A
+    human round (which may stop to wait for a person) runs it here, after the collection."""
+    if not (cfg.control and cfg.parallel_control) or is_external(cfg.recovery):
+        return None
+    if cfg.promotion.gated:  # a deployed policy without a selection result is measured once, here
+        _deployed_selection(cfg, out, records[-1].control or records[-1], round_dir(out, r))
+    return ControlProcess(cfg, out, r, records)
+
+
 def recovery_round(
     cfg: LoopConfig,
     out: Path,
@@ -289,15 +301,23 @@ def recovery_round(
     returns its record, or what a person still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
     clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
-    with timed(t, "collect", hook, r):
-        coll = _collect(cfg, out, r, prev, stall)
-    if isinstance(coll, WaitingForHuman):
-        return coll
-    filt = conflict_filter(cfg, out, r, records, t, hook)
-    tcfg, init, data = finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
-    with timed(t, "finetune", hook, r):
-        stages.train(tcfg)
-    control = _control(cfg, out, r, records, t, hook) if cfg.control else None
+    arm = _start_control(cfg, out, r, records)
+    try:
+        with timed(t, "collect", hook, r):
+            coll = _collect(cfg, out, r, prev, stall)
+        if isinstance(coll, WaitingForHuman):
+            return coll
+        filt = conflict_filter(cfg, out, r, records, t, hook)
+        tcfg, init, data = finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
+        with timed(t, "finetune", hook, r):
+            stages.train(tcfg)
+        if arm is not None:
+            control: ControlRecord | None = arm.result(t)
+        else:
+            control = control_arm(cfg, out, r, records, t, hook) if cfg.control else None
+    finally:
+        if arm is not None:
+            arm.stop()
     weights = resolve_weights(str(round_dir(out, r) / "train"))
     demos = str(abs_path(out, records[0].demos))
     policy = _policy_record(out, weights, prev.policy.version)
