@@ -53,12 +53,13 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "batch64",
     ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
-    # steps added to the demos (windows drawn uniformly; the round's policy steps weigh 0 as in the loop)
+    # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
+    # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)
     "fs_round": (
         "the base recipe from scratch on the demos plus a round's interventions (--round-store)",
         [
             "data.extra_paths=[ROUND_STORE]",
-            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0}",
+            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0, recovery: 0.0}",
             "data.sample_weight_mode=sample",
         ],
         [],
