@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from rewind.config import ConfigError, with_renamed_keys
-from rewind.loop.record import RoundRecord
+from rewind.loop.record import PolicyRecord, RoundRecord
+from rewind.policies.io import weights_hash
+from rewind.train import policy_api
 from rewind.utils.io import DiskFullError, as_json, atomic_write_json, changed_keys
 
 log = logging.getLogger(__name__)
@@ -141,3 +143,8 @@ def abs_path(out: Path, path: str) -> Path:
     """A record's ``path`` (relative to ``out``, as :func:`rel` wrote it, or absolute) as a path."""
     p = Path(path)
     return p if p.is_absolute() else out / p
+
+
+def policy_record(out: Path, weights: Path, parent: str | None) -> PolicyRecord:
+    """The lineage record of ``weights`` (version, path relative to ``out``, file hash, parent version)."""
+    return PolicyRecord(policy_api.weights_version(weights), rel(out, weights), weights_hash(weights), parent)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from rewind.loop import stages
 from rewind.loop.config import LoopConfig, PromotionSettings
-from rewind.loop.record import EvalOutcome, PolicyRecord, PromotionOutcome
+from rewind.loop.lineage import abs_path, round_dir
+from rewind.loop.record import ControlRecord, EvalOutcome, PolicyRecord, PromotionOutcome, RoundRecord
+from rewind.loop.stages import StageHook, timed
 
 log = logging.getLogger(__name__)
 
@@ -55,3 +57,41 @@ def judge(
         "promoted" if ok else "rejected, kept the deployed weights",
     )
     return out
+
+
+def judge_round(
+    cfg: LoopConfig,
+    out: Path,
+    r: int,
+    candidate: PolicyRecord,
+    weights: Path,
+    prev: RoundRecord | ControlRecord,
+    folder: Path,
+    arm: str,
+    t: dict[str, float],
+    hook: StageHook | None,
+) -> PromotionOutcome | None:
+    """The promotion gate for round ``r``'s candidate of ``arm`` ("" or "control") against ``prev``'s
+    deployed policy, timed as ``[arm_]selection``; None when the gate is off."""
+    if not cfg.promotion.gated:
+        return None
+    with timed(t, f"{arm}_selection" if arm else "selection", hook, r):
+        return judge(
+            cfg,
+            candidate,
+            weights,
+            deployed_selection(cfg, out, prev, round_dir(out, r)),
+            folder,
+            f"round {r} {arm}".rstrip(),
+        )
+
+
+def deployed_selection(
+    cfg: LoopConfig, out: Path, prev: RoundRecord | ControlRecord, folder: Path
+) -> EvalOutcome:
+    """The deployed policy's success on the selection seeds: recorded when it was deployed, or (a loop
+    started before the gate existed, or with ``promotion.rule=always``) measured now into
+    ``folder/deployed_selection``."""
+    if prev.selection is None:
+        prev.selection = select(cfg, abs_path(out, prev.policy.weights), folder / "deployed_selection")
+    return prev.selection

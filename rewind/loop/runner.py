@@ -15,7 +15,7 @@ from rewind.envs.config import build_env
 from rewind.loop import promotion, stages
 from rewind.loop.batched_collect import collect_round
 from rewind.loop.config import LoopConfig
-from rewind.loop.control_arm import ControlProcess
+from rewind.loop.control_arm import control_process, run_control_arm
 from rewind.loop.episodes import CollectRules, summarize_outcomes
 from rewind.loop.finetune_data import conflict_filter, finetune_config, finetune_record
 from rewind.loop.lineage import (
@@ -24,12 +24,12 @@ from rewind.loop.lineage import (
     clear_unfinished,
     load_record,
     mark_done,
+    policy_record,
     rel,
     round_dir,
 )
 from rewind.loop.record import (
     CalibrationOutcome,
-    ControlRecord,
     EvalOutcome,
     OperatorSteps,
     PolicyRecord,
@@ -43,18 +43,14 @@ from rewind.loop.stages import StageHook, timed
 from rewind.loop.stall import StallThreshold, loop_stall_threshold
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import load_monitor
-from rewind.policies.io import read_policy_meta, weights_hash
+from rewind.policies.io import read_policy_meta
 from rewind.rollout.workers import EnvFactory
 from rewind.store import ReplayStore, store_spec_for
-from rewind.train import DataConfig, policy_api
+from rewind.train import DataConfig
 from rewind.train.policy_api import load_policy, resolve_weights
 from rewind.utils.device import resolve_device
 
 log = logging.getLogger(__name__)
-
-
-def _policy_record(out: Path, weights: Path, parent: str | None) -> PolicyRecord:
-    return PolicyRecord(policy_api.weights_version(weights), rel(out, weights), weights_hash(weights), parent)
 
 
 def _finish_round(
@@ -105,7 +101,7 @@ def base_round(cfg: LoopConfig, out: Path, hook: StageHook | None = None) -> Rou
             stages.train(tcfg)
         weights = resolve_weights(str(folder / "train"))
     demo_counts = stages.store_counts(demos)
-    policy = _policy_record(out, weights, None)
+    policy = policy_record(out, weights, None)
     cal, ev, evr = _finish_round(cfg, out, 0, weights, demos, t, hook)
     n_demo = demo_counts["operator_steps"]
     record = RoundRecord(
@@ -213,80 +209,33 @@ def _external(
     }
 
 
-def control_arm(
+def _deploy(
     cfg: LoopConfig,
     out: Path,
     r: int,
     records: list[RoundRecord],
     t: dict[str, float],
     hook: StageHook | None,
-) -> ControlRecord:
-    """The control arm of round ``r``: the same fine-tuning on the demos alone, evaluated (here, or in its
-    own process: :mod:`rewind.loop.control_arm`)."""
-    folder = round_dir(out, r) / "control"
-    tcfg, _, _ = finetune_config(cfg, out, r, records, folder / "train", control=True)
-    with timed(t, "control_finetune", hook, r):
-        stages.train(tcfg)
-    weights = resolve_weights(str(folder / "train"))
-    prev = records[-1].control or records[-1]
-    candidate = _policy_record(out, weights, prev.policy.version)
-    gate = _judge(cfg, out, r, candidate, weights, prev, folder, "control", t, hook)
+) -> tuple[
+    PolicyRecord,
+    CalibrationOutcome,
+    EvalOutcome,
+    EvalOutcome | None,
+    EvalOutcome | None,
+    PromotionOutcome | None,
+]:
+    """Round ``r``'s fine-tuned weights through the promotion gate: deployed, they are calibrated and
+    evaluated; rejected, the previous round's policy, calibration and evaluation stay. Returns the
+    deployed policy, calibration, evaluation, evaluation with rewind, selection result and the gate."""
+    prev = records[-1]
+    weights = resolve_weights(str(round_dir(out, r) / "train"))
+    policy = policy_record(out, weights, prev.policy.version)
+    gate = promotion.judge_round(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
     if gate is not None and not gate.promoted:
-        return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
-    with timed(t, "control_eval", hook, r):
-        ev = stages.evaluate(cfg, weights, folder / "eval")
-    log.info("round %d control (demos only): success %s", r, success_text(ev))
-    return ControlRecord(candidate, ev, gate.candidate_selection if gate else None, gate)
-
-
-def _judge(
-    cfg: LoopConfig,
-    out: Path,
-    r: int,
-    candidate: PolicyRecord,
-    weights: Path,
-    prev: RoundRecord | ControlRecord,
-    folder: Path,
-    arm: str,
-    t: dict[str, float],
-    hook: StageHook | None,
-) -> PromotionOutcome | None:
-    """The promotion gate for round ``r``'s candidate of ``arm`` ("" or "control") against ``prev``'s
-    deployed policy, timed as ``[arm_]selection``; None when the gate is off."""
-    if not cfg.promotion.gated:
-        return None
-    with timed(t, f"{arm}_selection" if arm else "selection", hook, r):
-        return promotion.judge(
-            cfg,
-            candidate,
-            weights,
-            _deployed_selection(cfg, out, prev, round_dir(out, r)),
-            folder,
-            f"round {r} {arm}".rstrip(),
-        )
-
-
-def _deployed_selection(
-    cfg: LoopConfig, out: Path, prev: RoundRecord | ControlRecord, folder: Path
-) -> EvalOutcome:
-    """The deployed policy's success on the selection seeds: recorded when it was deployed, or (a loop
-    started before the gate existed, or with ``promotion.rule=always``) measured now into
-    ``folder/deployed_selection``."""
-    if prev.selection is None:
-        prev.selection = promotion.select(
-            cfg, abs_path(out, prev.policy.weights), folder / "deployed_selection"
-        )
-    return prev.selection
-
-
-def _start_control(cfg: LoopConfig, out: Path, r: int, records: list[RoundRecord]) -> ControlProcess | None:
-    """Round ``r``'s control arm in its own process (``parallel_control``), or None: it runs here. A
-    human round (which may stop to wait for a person) runs it here, after the collection."""
-    if not (cfg.control and cfg.parallel_control) or is_external(cfg.recovery):
-        return None
-    if cfg.promotion.gated:  # a deployed policy without a selection result is measured once, here
-        _deployed_selection(cfg, out, records[-1].control or records[-1], round_dir(out, r))
-    return ControlProcess(cfg, out, r, records)
+        return prev.policy, prev.calibration, prev.eval, prev.eval_rewind, prev.selection, gate
+    demos = str(abs_path(out, records[0].demos))
+    cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
+    return policy, cal, ev, evr, gate.candidate_selection if gate else None, gate
 
 
 def recovery_round(
@@ -301,7 +250,7 @@ def recovery_round(
     returns its record, or what a person still has to supply (:class:`WaitingForHuman`)."""
     prev, t = records[-1], {}
     clear_unfinished(out, r, keep=("collect",) if is_external(cfg.recovery) else ())
-    arm = _start_control(cfg, out, r, records)
+    arm, control = control_process(cfg, out, r, records), None
     try:
         with timed(t, "collect", hook, r):
             coll = _collect(cfg, out, r, prev, stall)
@@ -311,28 +260,14 @@ def recovery_round(
         tcfg, init, data = finetune_config(cfg, out, r, records, round_dir(out, r) / "train", filt=filt)
         with timed(t, "finetune", hook, r):
             stages.train(tcfg)
-        if arm is not None:
-            control: ControlRecord | None = arm.result(t)
-        else:
-            control = control_arm(cfg, out, r, records, t, hook) if cfg.control else None
+        if cfg.control and arm is None:
+            control = run_control_arm(cfg, out, r, records, t, hook)
+        policy, cal, ev, evr, selection, gate = _deploy(cfg, out, r, records, t, hook)
+        if arm is not None:  # its process ran beside everything above
+            control = arm.result(t)
     finally:
         if arm is not None:
             arm.stop()
-    weights = resolve_weights(str(round_dir(out, r) / "train"))
-    demos = str(abs_path(out, records[0].demos))
-    policy = _policy_record(out, weights, prev.policy.version)
-    gate = _judge(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
-    if gate is None or gate.promoted:
-        cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
-        selection = gate.candidate_selection if gate else None
-    else:  # the deployed weights stay: so do their calibration and evaluation
-        policy, cal, ev, evr, selection = (
-            prev.policy,
-            prev.calibration,
-            prev.eval,
-            prev.eval_rewind,
-            prev.selection,
-        )
     spent = int(coll["operator_steps"] or 0)
     ops = prev.operator_steps
     record = RoundRecord(
