@@ -69,7 +69,9 @@ def composite_config(controller_configs: dict[str, Any] | None, robot: str = "Pa
             raise UnsupportedEnvMeta(
                 f"controller {controller_configs.get('type')!r} is not supported; {_supported_controllers()}"
             )
-        cfg = refactor_composite_controller_config(copy.deepcopy(controller_configs), robot.lower(), ["right"])
+        cfg = refactor_composite_controller_config(
+            copy.deepcopy(controller_configs), robot.lower(), ["right"]
+        )
     else:
         cfg = copy.deepcopy(controller_configs)
     arm = cfg.get("body_parts", {}).get("right", {})

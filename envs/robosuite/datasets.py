@@ -75,8 +75,12 @@ def env_meta_of(env: RobosuiteEnv) -> dict[str, Any]:
 
     kwargs = {k: v for k, v in env.env_kwargs.items() if k not in FORCED_KWARGS}
     kwargs["robots"] = [kwargs["robots"]]
-    return {"env_name": env.task.env_name, "env_version": robosuite.__version__, "type": ROBOSUITE_ENV_TYPE,
-            "env_kwargs": kwargs}
+    return {
+        "env_name": env.task.env_name,
+        "env_version": robosuite.__version__,
+        "type": ROBOSUITE_ENV_TYPE,
+        "env_kwargs": kwargs,
+    }
 
 
 def _record_demo(env: RobosuiteEnv, op, seed: int, max_steps: int) -> dict[str, Any]:

@@ -46,10 +46,25 @@ logger = logging.getLogger(__name__)
 POS_SCALE = 0.05
 ORI_SCALE = 0.5
 _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
-_BAD_WARNINGS = np.array([int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                                            mujoco.mjtWarning.mjWARN_BADQVEL)])
+_BAD_WARNINGS = np.array(
+    [
+        int(w)
+        for w in (
+            mujoco.mjtWarning.mjWARN_BADQACC,
+            mujoco.mjtWarning.mjWARN_BADQPOS,
+            mujoco.mjtWarning.mjWARN_BADQVEL,
+        )
+    ]
+)
 #: robosuite kwargs the adapter sets itself (low-dim, headless, no hard resets, episode end by rewind).
-FORCED_KWARGS = ("has_renderer", "has_offscreen_renderer", "use_camera_obs", "ignore_done", "hard_reset", "seed")
+FORCED_KWARGS = (
+    "has_renderer",
+    "has_offscreen_renderer",
+    "use_camera_obs",
+    "ignore_done",
+    "hard_reset",
+    "seed",
+)
 _DEFAULTS: dict[str, Any] = {"control_freq": 20, "reward_shaping": False, "use_object_obs": True}
 
 
@@ -79,20 +94,36 @@ class RobosuiteSnapshot:
             raise ValueError("RobosuiteSnapshot.physics must be a read-only array")
 
 
-def robosuite_kwargs(robot: str, controller_configs: dict | None, env_kwargs: dict | None,
-                     model_seed: int) -> dict[str, Any]:
+def robosuite_kwargs(
+    robot: str, controller_configs: dict | None, env_kwargs: dict | None, model_seed: int
+) -> dict[str, Any]:
     """The kwargs for ``robosuite.make``: defaults, then ``env_kwargs``, then the adapter's forced ones."""
     kwargs = {**_DEFAULTS, **(env_kwargs or {})}
     robots = kwargs.pop("robots", robot)
     robots = [robots] if isinstance(robots, str) else list(robots)
     if len(robots) != 1 or robots[0] not in ROBOTS:
         raise UnsupportedEnvMeta(f"robots {robots} are not supported; supported: one of {list(ROBOTS)}")
-    kwargs["controller_configs"] = composite_config(kwargs.pop("controller_configs", controller_configs), robots[0])
-    for key in ("camera_names", "camera_heights", "camera_widths", "camera_depths", "render_camera",
-                "renderer", "camera_segmentations"):
+    kwargs["controller_configs"] = composite_config(
+        kwargs.pop("controller_configs", controller_configs), robots[0]
+    )
+    for key in (
+        "camera_names",
+        "camera_heights",
+        "camera_widths",
+        "camera_depths",
+        "render_camera",
+        "renderer",
+        "camera_segmentations",
+    ):
         kwargs.pop(key, None)  # low-dim only: camera settings of an image dataset do not apply
-    forced = {"has_renderer": False, "has_offscreen_renderer": False, "use_camera_obs": False,
-              "ignore_done": True, "hard_reset": False, "seed": int(model_seed)}
+    forced = {
+        "has_renderer": False,
+        "has_offscreen_renderer": False,
+        "use_camera_obs": False,
+        "ignore_done": True,
+        "hard_reset": False,
+        "seed": int(model_seed),
+    }
     return {**kwargs, "robots": robots[0], **forced}
 
 
@@ -134,7 +165,10 @@ class RobosuiteEnv(gym.Env):
         self._obs_order = self._observable_order()
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(self.rs.action_dim,), dtype=np.float32)
         self.observation_space = gym.spaces.Dict(
-            {k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape, dtype=np.float32) for k, v in self._obs().items()}
+            {
+                k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape, dtype=np.float32)
+                for k, v in self._obs().items()
+            }
         )
 
     # ----------------------------------------------------------------- set-up
@@ -150,7 +184,11 @@ class RobosuiteEnv(gym.Env):
         """The robosuite observables behind :data:`OBS_KEYS`, in robosuite's order (sensors read the
         values computed before them from the cache)."""
         keep = set(OBS_KEYS[:3])
-        return [n for n, o in self.rs._observables.items() if n in keep or (o.modality == "object" and o.is_enabled())]
+        return [
+            n
+            for n, o in self.rs._observables.items()
+            if n in keep or (o.modality == "object" and o.is_enabled())
+        ]
 
     # ----------------------------------------------------------------- state access
     @property
@@ -253,8 +291,11 @@ class RobosuiteEnv(gym.Env):
         for name in self._obs_order + self._obs_order:
             observables[name].update(timestep=0.0, obs_cache=cache, force=True)
         obs = {k: np.asarray(cache[k], dtype=np.float32) for k in OBS_KEYS[:3]}
-        parts = [np.atleast_1d(cache[n]) for n in self._obs_order if observables[n].modality == "object"
-                 and observables[n].is_active()]
+        parts = [
+            np.atleast_1d(cache[n])
+            for n in self._obs_order
+            if observables[n].modality == "object" and observables[n].is_active()
+        ]
         obs["object"] = np.concatenate(parts).astype(np.float32)
         return obs
 
@@ -330,7 +371,9 @@ class RobosuiteEnv(gym.Env):
     def restore(self, snap: RobosuiteSnapshot) -> None:
         """Return to ``snap``: the same actions afterwards give bit-identical observations."""
         if snap.model_token != self._model_token:
-            raise ValueError("snapshot belongs to another compiled model (a dataset's model_file was loaded since)")
+            raise ValueError(
+                "snapshot belongs to another compiled model (a dataset's model_file was loaded since)"
+            )
         mujoco.mj_setState(self.model, self.data, snap.physics, _STATE_SIG)
         self.data.warning.number[:] = 0
         self.rs.rng.bit_generator.state = snap.rng_state

@@ -48,7 +48,9 @@ def _episode(env: RobosuiteEnv, act, steps: int) -> tuple[bool, int, dict[str, A
     return False, steps, info
 
 
-def run_from_reset(task: str, seeds: Iterable[int], noise: OperatorNoise | None = None) -> list[dict[str, Any]]:
+def run_from_reset(
+    task: str, seeds: Iterable[int], noise: OperatorNoise | None = None
+) -> list[dict[str, Any]]:
     """One operator episode per seed from ``reset(seed)``; records of success, length, final stage."""
     env = RobosuiteEnv(task)
     op = make_operator(task, noise or OperatorNoise())
@@ -57,8 +59,14 @@ def run_from_reset(task: str, seeds: Iterable[int], noise: OperatorNoise | None 
         env.reset(seed=int(seed))
         op.reset(np.random.default_rng(int(seed)))
         _, n, info = _episode(env, op.act, env.max_steps)
-        records.append({"seed": int(seed), "success": bool(info.get("success")), "length": n,
-                        "final_stage": info.get("stage_name")})
+        records.append(
+            {
+                "seed": int(seed),
+                "success": bool(info.get("success")),
+                "length": n,
+                "final_stage": info.get("stage_name"),
+            }
+        )
     env.close()
     return records
 
@@ -93,8 +101,13 @@ def run_takeover(task: str, seeds: Iterable[int], cfg: TakeoverConfig | None = N
         act, kind = _prefix(noisy, cfg, rng, env.action_space.shape[0])
         n_prefix = int(rng.integers(cfg.min_prefix, cfg.max_prefix + 1))
         done, _, info = _episode(env, act, n_prefix)
-        rec: dict[str, Any] = {"seed": int(seed), "prefix_kind": kind, "prefix_steps": n_prefix,
-                               "done_at_handover": done, "stage_at_handover": info.get("stage_name")}
+        rec: dict[str, Any] = {
+            "seed": int(seed),
+            "prefix_kind": kind,
+            "prefix_steps": n_prefix,
+            "done_at_handover": done,
+            "stage_at_handover": info.get("stage_name"),
+        }
         n = 0
         if not done:
             clean.reset(rng)

@@ -72,7 +72,9 @@ class RobosuiteOperator:
         a[6] = grip
         return a
 
-    def grasp(self, env: RobosuiteEnv, obj: np.ndarray, grasp_z: float, yaw: float, width: float) -> np.ndarray:
+    def grasp(
+        self, env: RobosuiteEnv, obj: np.ndarray, grasp_z: float, yaw: float, width: float
+    ) -> np.ndarray:
         """Line up above ``obj`` with open fingers, descend to ``grasp_z``, close. A closed, empty
         gripper opens again (a missed grasp)."""
         grip = env.eef_pos()
