@@ -65,6 +65,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         [],
         None,
     ),
+    # fs_round's control: the same stores, split, normalizer data and windows, the corrections at weight 0
+    # too, so that only whether the corrections are trained on differs from fs_round
+    "fs_round_zero": (
+        "fs_round with the round's corrections at weight 0 as well (fs_round's control)",
+        [
+            "data.extra_paths=[ROUND_STORE]",
+            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0, recovery: 0.0, correction: 0.0}",
+            "data.sample_weight_mode=sample",
+        ],
+        [],
+        None,
+    ),
 }
 
 
@@ -89,8 +101,8 @@ def collect(a: argparse.Namespace) -> Path:
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
     what, overrides, eval_overrides, train_as = VARIANTS[name]
-    out = Path(a.root) / f"{name}_s{a.steps}"
-    trained = Path(a.root) / f"{train_as or name}_s{a.steps}"
+    out = Path(a.root) / f"{name}{a.tag}_s{a.steps}"
+    trained = Path(a.root) / f"{train_as or name}{a.tag}_s{a.steps}"
     train_overrides = VARIANTS[train_as][1] if train_as else overrides
     if any("ROUND_STORE" in o for o in train_overrides):
         if not a.round_store:
@@ -150,9 +162,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2500)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--eval-seed", type=int, default=10000, help="10000: tuning seeds; 70000: report seeds")
-    ap.add_argument("--variants", nargs="*", default=[v for v in VARIANTS if v != "fs_round"])
+    ap.add_argument("--variants", nargs="*", default=[v for v in VARIANTS if not v.startswith("fs_round")])
     ap.add_argument(
         "--round-store", default=None, help="fs_round: the loop round store whose interventions are added"
+    )
+    ap.add_argument(
+        "--tag",
+        default="",
+        help="appended to the variants' folder names (e.g. _loop1 for fs_round on another round store)",
     )
     ap.add_argument("--out", default="bench/results/base_ablation_stack3.json")
     a = ap.parse_args()
