@@ -209,6 +209,20 @@ def _external(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """What a round deploys after its promotion gate: the policy with its calibration and evaluations
+    (the previous round's when the candidate is rejected), the candidate's selection result and the
+    gate's verdict (``None`` with the gate off)."""
+
+    policy: PolicyRecord
+    calibration: CalibrationOutcome
+    eval: EvalOutcome
+    eval_rewind: EvalOutcome | None
+    selection: EvalOutcome | None
+    promotion: PromotionOutcome | None
+
+
 def _deploy(
     cfg: LoopConfig,
     out: Path,
@@ -216,26 +230,18 @@ def _deploy(
     records: list[RoundRecord],
     t: dict[str, float],
     hook: StageHook | None,
-) -> tuple[
-    PolicyRecord,
-    CalibrationOutcome,
-    EvalOutcome,
-    EvalOutcome | None,
-    EvalOutcome | None,
-    PromotionOutcome | None,
-]:
+) -> Deployment:
     """Round ``r``'s fine-tuned weights through the promotion gate: deployed, they are calibrated and
-    evaluated; rejected, the previous round's policy, calibration and evaluation stay. Returns the
-    deployed policy, calibration, evaluation, evaluation with rewind, selection result and the gate."""
+    evaluated; rejected, the previous round's policy, calibration and evaluation stay."""
     prev = records[-1]
     weights = resolve_weights(str(round_dir(out, r) / "train"))
     policy = policy_record(out, weights, prev.policy.version)
     gate = promotion.judge_round(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
     if gate is not None and not gate.promoted:
-        return prev.policy, prev.calibration, prev.eval, prev.eval_rewind, prev.selection, gate
+        return Deployment(prev.policy, prev.calibration, prev.eval, prev.eval_rewind, prev.selection, gate)
     demos = str(abs_path(out, records[0].demos))
     cal, ev, evr = _finish_round(cfg, out, r, weights, demos, t, hook)
-    return policy, cal, ev, evr, gate.candidate_selection if gate else None, gate
+    return Deployment(policy, cal, ev, evr, gate.candidate_selection if gate else None, gate)
 
 
 def recovery_round(
@@ -262,7 +268,7 @@ def recovery_round(
             stages.train(tcfg)
         if cfg.control and arm is None:
             control = run_control_arm(cfg, out, r, records, t, hook)
-        policy, cal, ev, evr, selection, gate = _deploy(cfg, out, r, records, t, hook)
+        dep = _deploy(cfg, out, r, records, t, hook)
         if arm is not None:  # its process ran beside everything above
             control = arm.result(t)
     finally:
@@ -272,18 +278,18 @@ def recovery_round(
     ops = prev.operator_steps
     record = RoundRecord(
         round=r,
-        policy=policy,
+        policy=dep.policy,
         demos=records[0].demos,
         finetune=finetune_record(cfg, out, init),
         data=data,
         collection=coll,
         control=control,
-        calibration=cal,
-        eval=ev,
-        eval_rewind=evr,
+        calibration=dep.calibration,
+        eval=dep.eval,
+        eval_rewind=dep.eval_rewind,
         timings_s=t,
-        selection=selection,
-        promotion=gate,
+        selection=dep.selection,
+        promotion=dep.promotion,
         operator_steps=OperatorSteps(
             demos=ops.demos, round=spent, recovery=ops.recovery + spent, total=ops.total + spent
         ),

@@ -1,0 +1,103 @@
+"""Evaluate policies on held-out seeds that no loop, tuning or selection step uses.
+
+Each ``NAME=WEIGHTS`` runs ``rewind-eval policy_path=WEIGHTS env=ENV episodes=N seed=SEED`` into
+``ROOT/ENV_SEED/NAME`` (skipped when that folder already has its ``summary.json`` for the same seeds
+and episodes, so an interrupted run resumes), and the result file collects every run's summary with its Wilson interval:
+
+    MUJOCO_GL=osmesa .venv/bin/python bench/heldout_eval.py --env stack3 --episodes 100 --seed 70000 \
+        main_s0=runs/issue12/s3_rac_fs_s0/round_01/train control_s0=runs/issue12/s3_rac_fs_s0/round_01/control/train \
+        --out bench/results/heldout_stack3_fs.json
+
+Defaults (``--env pick_place --seed 90000``) are those of the PickPlace held-out reports in docs/loop.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from _commands import rewind_bin, run_once
+
+from rewind.utils.stats import wilson_interval
+
+log = logging.getLogger("bench")
+
+
+def _specs(items: list[str]) -> dict[str, str]:
+    """``NAME=WEIGHTS`` arguments as a mapping; a malformed or repeated name is an error naming it."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, weights = item.partition("=")
+        if not sep or not name or not weights or "/" in name:
+            raise SystemExit(f"expected NAME=WEIGHTS (NAME without '/'), got {item!r}")
+        if name in out:
+            raise SystemExit(f"the name {name!r} is given twice")
+        if not Path(weights).exists():
+            raise SystemExit(f"{name}: no such weights path: {weights}")
+        out[name] = weights
+    return out
+
+
+def heldout(args: argparse.Namespace) -> dict[str, Any]:
+    """Run (or read back) every evaluation; the result record."""
+    results = {}
+    for name, weights in _specs(args.policies).items():
+        folder = args.root / f"{args.env}_{args.seed}" / name
+        cmd = [
+            rewind_bin("rewind-eval"),
+            f"policy_path={weights}",
+            f"env={args.env}",
+            f"episodes={args.episodes}",
+            f"seed={args.seed}",
+            f"num_threads={args.num_threads}",
+            f"out_dir={folder}",
+        ]
+        summary = run_once(cmd, folder)
+        assert summary is not None
+        first = summary["records"][0]["seed"] if summary.get("records") else None
+        if summary["episodes"] != args.episodes or first != args.seed:
+            raise SystemExit(
+                f"{folder} holds {summary['episodes']} episodes from seed {first}, not {args.episodes} from "
+                f"{args.seed}: remove it or pass another --root"
+            )
+        n, k = int(summary["episodes"]), int(summary["successes"])
+        results[name] = {
+            "weights": weights,
+            "success": k / n,
+            "ci95": wilson_interval(k, n),
+            "summary": summary,
+        }
+        log.info("%s: %d/%d", name, k, n)
+    return {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "env": args.env,
+        "seed": args.seed,
+        "episodes": args.episodes,
+        "results": results,
+    }
+
+
+def main() -> None:
+    """Command line entry."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("policies", nargs="+", help="NAME=WEIGHTS (a run, weights folder or step folder)")
+    p.add_argument("--env", default="pick_place")
+    p.add_argument("--episodes", type=int, default=300)
+    p.add_argument("--seed", type=int, default=90000, help="first evaluation seed")
+    p.add_argument("--num-threads", type=int, default=0, help="torch threads (0: its default)")
+    p.add_argument("--root", type=Path, default=Path("runs/heldout_eval"))
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    result = heldout(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    log.info("wrote %s", args.out)
+
+
+if __name__ == "__main__":
+    main()
