@@ -141,12 +141,9 @@ def run_collection(
             source,
             seeds,
             None,
-            rules.keep,
+            rules,
             "bench",
             1,
-            rules.pre_intervention_steps,
-            rules.max_interventions,
-            rules.stall_steps,
         )
     else:
         outcomes = collect_batched(

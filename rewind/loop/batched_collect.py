@@ -203,19 +203,7 @@ def collect_round(
         def make() -> MonitoredEpisode:
             return MonitoredEpisode(env, policy, monitor, tracker, rewind, device)
 
-        return collect_episodes(
-            make,
-            source,
-            seeds,
-            store,
-            rules.keep,
-            policy_version,
-            round_,
-            rules.pre_intervention_steps,
-            rules.max_interventions,
-            rules.stall_steps,
-            progress,
-        )
+        return collect_episodes(make, source, seeds, store, rules, policy_version, round_, progress)
     batch = max(1, min(rollout.batch_size, len(seeds)))
     with open_envs(factory, batch, rollout, first=env) as envs:
         return collect_batched(

@@ -197,25 +197,22 @@ def collect_episodes(
     source: RecoverySource,
     seeds: Sequence[int],
     store: ReplayStore | None,
-    keep: str,
+    rules: CollectRules,
     policy_version: str,
     round_: int,
-    pre_intervention_steps: int = 15,
-    max_interventions: int = 1,
-    stall_steps: int = 0,
     progress: bool = False,
 ) -> list[EpisodeOutcome]:
     """Episodes ``seeds`` in order, one at a time (the path of the sources that are not batched, see
-    :func:`rewind.loop.batched_collect.collect_batched`); the ones ``keep`` selects are committed to
-    ``store`` atomically."""
+    :func:`rewind.loop.batched_collect.collect_batched`) under ``rules``; the ones ``rules.keep`` selects
+    are committed to ``store`` atomically."""
     ep = make_episode()
     out: list[EpisodeOutcome] = []
     bar = tqdm(seeds, desc=f"round {round_} {source.name}", disable=not progress)
     with torch.no_grad():
         for seed in bar:
-            rec = LoopRecording(pre_intervention_steps, source.counted)
-            o = run_episode(ep, source, int(seed), rec, max_interventions, stall_steps)
-            keep_and_commit(o, rec, store, keep, source.name, policy_version, round_)
+            rec = LoopRecording(rules.pre_intervention_steps, source.counted)
+            o = run_episode(ep, source, int(seed), rec, rules.max_interventions, rules.stall_steps)
+            keep_and_commit(o, rec, store, rules.keep, source.name, policy_version, round_)
             out.append(o)
             bar.set_postfix(success=f"{np.mean([x.success for x in out]):.2f}", kept=sum(x.kept for x in out))
     return out

@@ -25,7 +25,7 @@ import torch
 from rewind.config import ConfigError, check_choice, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import collect_episodes, summarize_outcomes
+from rewind.loop.episodes import CollectRules, collect_episodes, summarize_outcomes
 from rewind.loop.guided import DYNAMICS_DATA, SAMPLERS, GuidedConfig
 from rewind.loop.guided_source import GuidedSource, GuideModels
 from rewind.loop.sources import SourceContext
@@ -135,7 +135,9 @@ def collect_guided(
         def make() -> MonitoredEpisode:
             return MonitoredEpisode(env, loaded.policy, None, None, rw, device)
 
-        outcomes = collect_episodes(make, source, seeds, None, "success", loaded.version, round_)
+        outcomes = collect_episodes(
+            make, source, seeds, None, CollectRules("success"), loaded.version, round_
+        )
     finally:
         env.close()
     summary = {

@@ -118,18 +118,7 @@ def test_at_b1_unpadded_it_is_the_sequential_collection(tiny_monitor, tmp_path: 
 
     try:
         with ReplayStore.create(tmp_path / "seq", store_spec_for(env)) as store:
-            outcomes = collect_episodes(
-                make,
-                source,
-                SEEDS,
-                store,
-                rc.keep,
-                loaded.version,
-                1,
-                rc.pre_intervention_steps,
-                rc.max_interventions,
-                rc.stall_steps,
-            )
+            outcomes = collect_episodes(make, source, SEEDS, store, rules, loaded.version, 1)
     finally:
         env.close()
     assert (outcomes, source.report(), _stored(tmp_path / "seq")) == batched

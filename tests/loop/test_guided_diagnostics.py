@@ -13,7 +13,7 @@ from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import collect_episodes
+from rewind.loop.episodes import CollectRules, collect_episodes
 from rewind.loop.guided import GuidedConfig
 from rewind.loop.guided_diagnostics import action_change, denoising_steps, drift_auroc, use_sampler
 from rewind.loop.guided_source import GuidedSource
@@ -63,7 +63,7 @@ def _collect(tiny_run, tmp_path: Path, scale: float, wide: bool, models=None) ->
     def make() -> MonitoredEpisode:
         return MonitoredEpisode(env, loaded.policy, None, None, RewindConfig(auto_rewind=False))
 
-    collect_episodes(make, source, [5, 6], None, "all", loaded.version, 1)
+    collect_episodes(make, source, [5, 6], None, CollectRules("all"), loaded.version, 1)
     env.close()
     return source.report()["diagnostics"], source.models
 

@@ -10,7 +10,7 @@ import torch
 from rewind.config import ConfigError, to_dataclass
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import collect_episodes, run_episode
+from rewind.loop.episodes import CollectRules, collect_episodes, run_episode
 from rewind.loop.sources import HumanSource, LoopRecording, keep_episode, make_source
 from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, make_score
 from rewind.store import ReplayStore
@@ -115,7 +115,13 @@ def test_stall_trigger_without_a_monitor_and_keep_rules(parts, tmp_path: Path) -
 
     with ReplayStore.create(tmp_path / "s", store_spec_for(env)) as store:
         outs = collect_episodes(
-            make, source, [1, 2], store, cfg.keep, loaded.version, 1, max_interventions=1, stall_steps=8
+            make,
+            source,
+            [1, 2],
+            store,
+            CollectRules(cfg.keep, max_interventions=1, stall_steps=8),
+            loaded.version,
+            1,
         )
         infos = store.episodes()
     assert all(o.stalls >= 1 and o.interventions == 1 and o.kept for o in outs)
