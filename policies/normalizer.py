@@ -145,3 +145,28 @@ class Normalizer(nn.Module):
     def normalize_obs(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Normalize every registered ``obs/<key>`` of an obs dict ``key -> [B, To, ...]``."""
         return {k: self.normalize(f"obs/{k}", v) for k, v in obs.items() if f"obs/{k}" in self.modes}
+
+    def range_report(self, data: Mapping[str, np.ndarray], threshold: float = 1.5) -> dict[str, dict]:
+        """How far ``data`` (``obs/<key>`` or ``action`` -> ``[N, D]`` env-unit arrays, e.g. one label's
+        steps of a round store) lies outside the fitted statistics, per key with statistics.
+
+        Returns ``key -> {"steps", "max_abs", "max_abs_per_dim", "frac_over"}``: the largest
+        ``|normalized value|`` (before any clipping) overall and per dimension, and the share of steps
+        with any dimension beyond ``threshold`` (``min_max`` keys map the fitted range to ``[-1, 1]``).
+        Keys of ``data`` without statistics are skipped.
+        """
+        if not bool(self.fitted):
+            raise RuntimeError("normalizer: not fitted; a range report needs fitted statistics")
+        out: dict[str, dict] = {}
+        for key, s in self.stats.items():
+            if key not in data or len(data[key]) == 0:
+                continue
+            x = np.asarray(data[key], dtype=np.float64).reshape(-1, s.loc.shape[0])
+            z = np.abs((x - s.loc.double().numpy()) / s.scale.double().numpy())
+            out[key] = {
+                "steps": int(len(z)),
+                "max_abs": float(z.max()),
+                "max_abs_per_dim": [float(v) for v in z.max(0)],
+                "frac_over": float(np.mean(z.max(1) > threshold)),
+            }
+        return out
