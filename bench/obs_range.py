@@ -20,38 +20,16 @@ import argparse
 import copy
 import json
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rewind.loop.obs_range import store_arrays
 from rewind.policies.io import load_policy_weights
-from rewind.store import ReplayStore
-from rewind.store.schema import SOURCES
 from rewind.train.policy_api import resolve_weights
 
 log = logging.getLogger("obs_range")
-
-
-def store_arrays(path: str | Path, labels: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """Every step of the store at ``path`` (only steps labelled one of ``labels`` when given) as
-    ``obs/<key>`` and ``action`` arrays ``[N, D]``."""
-    unknown = sorted(set(labels) - set(SOURCES))
-    if unknown:
-        raise SystemExit(f"unknown step label(s) {unknown}; valid: {list(SOURCES)}")
-    parts: dict[str, list[np.ndarray]] = {}
-    with ReplayStore.open(path) as store:
-        for info in store.episodes():
-            ep = store.load(info.id)
-            keep = (
-                np.isin(np.array(ep.source_names), list(labels)) if labels else np.ones(len(ep.actions), bool)
-            )
-            for key, value in ep.obs.items():
-                if value.ndim == 2:  # low-dim keys only
-                    parts.setdefault(f"obs/{key}", []).append(value[keep])
-            parts.setdefault("action", []).append(ep.actions[keep])
-    return {k: np.concatenate(v) for k, v in parts.items()}
 
 
 def _data_sets(items: list[str]) -> dict[str, tuple[str, list[str]]]:
@@ -75,7 +53,10 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         refit = copy.deepcopy(norm).fit({k: np.concatenate([f[k] for f in fit]) for k in fit[0]})
     sets = {}
     for name, (store, labels) in _data_sets(args.data).items():
-        data = store_arrays(store, labels)
+        try:
+            data = store_arrays(store, labels)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         sets[name] = {
             "store": store,
             "labels": labels,

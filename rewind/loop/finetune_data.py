@@ -11,6 +11,7 @@ from rewind.loop import stages
 from rewind.loop.config import LoopConfig
 from rewind.loop.label_conflict import FilterOutcome, filter_rounds
 from rewind.loop.lineage import abs_path, rel, round_dir
+from rewind.loop.obs_range import round_obs_range
 from rewind.loop.record import RoundRecord
 from rewind.loop.sources import source_class
 from rewind.policies.io import read_policy_meta
@@ -124,6 +125,9 @@ def finetune_config(
     }
     if filt is not None and not control:
         seen["conflict_filter"] = filt.record
+    if used and f.normalizer == "keep":
+        weights = abs_path(out, base.policy.weights)
+        seen["obs_range"] = round_obs_range(weights, {q: stores[q] for q in used}, data.sample_weights, r)
     return tcfg, init, seen
 
 

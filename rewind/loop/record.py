@@ -7,7 +7,8 @@
      "demos": "round_00/demos/store",
      "finetune": {"mode", "steps", "init", "sample_weights"},     # rounds >= 1 ("source_weights" before)
      "data": {"demos": counts, "rounds": {r: counts}, ...},        # what the round trained on
-                                                                  # (+ "conflict_filter": kept/dropped)
+                                                                  # (+ "conflict_filter": kept/dropped,
+                                                                  # "obs_range": steps outside the kept normalizer)
      "collection": {...},                                         # rounds >= 1: the collection summary
      "control": {"policy": {...}, "eval": {...}} | null,          # rounds >= 1
      "calibration": {...}, "eval": {...}, "eval_rewind": {...} | null,

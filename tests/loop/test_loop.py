@@ -36,6 +36,11 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_run) -> None:
     assert set(r2["data"]["rounds"]) == {"1", "2"} and r2["data"]["mix"][0] == pytest.approx(0.2)
     # RaC with the scripted operator: the corrections only (the drive back is the rewind controller's)
     assert r2["data"]["sample_weights"] == {"policy": 0.0, "pre_intervention": 0.0, "recovery": 0.0}
+    # the kept normalizer measured on exactly the trained-on steps: both rounds' corrections
+    corrections = sum(r["collection"]["source_counts"].get("correction", 0) for r in (r1, r2))
+    assert (
+        r2["data"]["obs_range"]["steps"] == corrections and "correction" in r2["data"]["obs_range"]["labels"]
+    )
     # the control arm: the same fine-tuning on the demos alone, its own lineage from the base
     assert r1["control"]["policy"]["parent"] == base["policy"]["version"]
     assert r2["control"]["policy"]["parent"] == r1["control"]["policy"]["version"]
