@@ -39,14 +39,14 @@ def store_arrays(path: str | Path, labels: Sequence[str] = ()) -> dict[str, np.n
         raise ValueError(f"unknown step label(s) {unknown}; valid: {list(SOURCES)}")
     parts: dict[str, list[np.ndarray]] = {}
     with ReplayStore.open(path) as store:
+        low_dim = [k for k, (shape, _) in store.spec.obs.items() if len(shape) == 1]  # images not loaded
         for info in store.episodes():
-            ep = store.load(info.id)
+            ep = store.load(info.id, obs_keys=low_dim)
             keep = (
                 np.isin(np.array(ep.source_names), list(labels)) if labels else np.ones(len(ep.actions), bool)
             )
             for key, value in ep.obs.items():
-                if value.ndim == 2:
-                    parts.setdefault(f"obs/{key}", []).append(value[keep])
+                parts.setdefault(f"obs/{key}", []).append(value[keep])
             parts.setdefault("action", []).append(ep.actions[keep])
     return {k: np.concatenate(v) for k, v in parts.items()}
 
