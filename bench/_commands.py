@@ -35,3 +35,10 @@ def run_once(
         with open(folder.parent / f"{folder.name}.log", log_mode) as fh:
             subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
     return json.loads(summary.read_text())
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """Write a driver's result record to ``out`` (JSON, parent folders created) and log where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    log.info("wrote %s", out)

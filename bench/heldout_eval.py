@@ -14,13 +14,12 @@ Defaults (``--env pick_place --seed 90000``) are those of the PickPlace held-out
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once
+from _commands import rewind_bin, run_once, write_result
 
 from rewind.utils.stats import wilson_interval
 
@@ -93,10 +92,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    result = heldout(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    log.info("wrote %s", args.out)
+    write_result(args.out, heldout(args))
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _commands import write_result
 
 from rewind.loop.obs_range import store_arrays
 from rewind.policies.io import load_policy_weights
@@ -88,10 +88,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    result = report(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    log.info("wrote %s", args.out)
+    write_result(args.out, report(args))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from rewind.store import ReplayStore
-from rewind.store.schema import SOURCES
+from rewind.store.schema import SOURCE_CODES, SOURCES
+from rewind.store.windows import ReplayBuffer
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ WARN_SHARE = 0.1
 
 
 def store_arrays(path: str | Path, labels: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """Every step of the store at ``path`` (only steps labelled one of ``labels`` when given) as
-    ``obs/<key>`` (low-dim keys) and ``action`` arrays ``[N, D]``.
+    """Every step of the store at ``path`` as training reads it (:meth:`ReplayBuffer.from_store`: low-dim
+    keys, steps undone by a ``restore`` rewind left out), only the steps labelled one of ``labels``
+    when given, as ``obs/<key>`` and ``action`` arrays ``[N, D]`` (``{}`` for an empty store).
 
     Raises:
         ValueError: a label is not a step label.
@@ -37,18 +39,13 @@ def store_arrays(path: str | Path, labels: Sequence[str] = ()) -> dict[str, np.n
     unknown = sorted(set(labels) - set(SOURCES))
     if unknown:
         raise ValueError(f"unknown step label(s) {unknown}; valid: {list(SOURCES)}")
-    parts: dict[str, list[np.ndarray]] = {}
     with ReplayStore.open(path) as store:
+        if not store.episodes():
+            return {}
         low_dim = [k for k, (shape, _) in store.spec.obs.items() if len(shape) == 1]  # images not loaded
-        for info in store.episodes():
-            ep = store.load(info.id, obs_keys=low_dim)
-            keep = (
-                np.isin(np.array(ep.source_names), list(labels)) if labels else np.ones(len(ep.actions), bool)
-            )
-            for key, value in ep.obs.items():
-                parts.setdefault(f"obs/{key}", []).append(value[keep])
-            parts.setdefault("action", []).append(ep.actions[keep])
-    return {k: np.concatenate(v) for k, v in parts.items()}
+        data = ReplayBuffer.from_store(store, obs_keys=low_dim).data
+    keep = np.isin(data["source"], [SOURCE_CODES[x] for x in labels]) if labels else slice(None)
+    return {k: v[keep] for k, v in data.items() if k.startswith("obs/") or k == "action"}
 
 
 def round_obs_range(
@@ -63,6 +60,7 @@ def round_obs_range(
     norm = load_policy_weights(weights).normalizer
     labels = [s for s in SOURCES if sample_weights.get(s, 1.0) > 0]
     parts = [store_arrays(p, labels) for p in stores.values()]
+    parts = [p for p in parts if p]
     data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
     report = norm.range_report(data, THRESHOLD) if data else {}
     keys = {k: v for k, v in report.items() if k.startswith("obs/") and v["frac_over"] > 0}
