@@ -188,6 +188,12 @@ class ActionChunkPolicy(nn.Module, ABC):
         s.step = s.step + 1  # type: ignore[operator]
         return s.action_queue.pop(0)
 
+    def queued_actions(self) -> list[torch.Tensor]:
+        """The actions ``[B, Da]`` the next calls of :meth:`select_action` will return whatever they
+        observe (the rest of the queued chunk), oldest first; empty when the next call may infer.
+        Lockstep runners step these in one go (``rewind.rollout.pool.step_chunks``)."""
+        return list(self._state.action_queue)
+
 
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
-from rewind.rollout.pool import step_many
+from rewind.rollout.pool import StepOutcome, step_chunks, step_many
 
 
 @dataclass
@@ -73,8 +73,15 @@ def run_batch(
     generator: torch.Generator,
     device: torch.device,
     observers: Sequence[RolloutObserver] = (),
+    chunked: bool = True,
 ) -> list[EpisodeRecord]:
-    """Run one lockstep batch: env ``i`` is reset with ``seeds[i]``; returns the records in order."""
+    """Run one lockstep batch: env ``i`` is reset with ``seeds[i]``; returns the records in order.
+
+    With ``chunked`` (and no observers, which see every step), when the policy has queued the rest of
+    a chunk (``queued_actions``) the envs step all of it in one :func:`step_chunks` call (one message
+    per worker with ``rollout.workers``), then the policy observes those steps one by one as it would
+    have: the records do not depend on ``chunked``.
+    """
     envs = envs[: len(seeds)]
     policy.reset()
     obs_list, records = [], []
@@ -86,31 +93,61 @@ def run_batch(
             ob.on_reset(i, env, seed, info)
     keys = list(policy_obs_keys(policy, obs_list[0]))
     done = np.zeros(len(seeds), dtype=bool)
-    while not done.all():
+    chunked = chunked and not observers and hasattr(policy, "queued_actions")
+
+    def act() -> np.ndarray:
         batch = to_torch_obs(_stack(obs_list, keys), device)
-        actions = policy.select_action(batch, generator=generator).float().cpu().numpy()
+        return policy.select_action(batch, generator=generator).float().cpu().numpy()
+
+    while not done.all():
+        actions = act()
         active = np.flatnonzero(~done).tolist()
+        if chunked and (queued := policy.queued_actions()):
+            seqs = np.stack([actions, *(q.float().cpu().numpy() for q in queued)], axis=1)  # [B, T, Da]
+            rows = step_chunks(envs, active, [seqs[i] for i in active])
+            for t in range(seqs.shape[1]):
+                if t and done.all():
+                    break
+                if t:
+                    act()  # the policy observes step t's observations and pops its queue, as per step
+                for i, env_rows in zip(active, rows, strict=True):
+                    if t < len(env_rows):
+                        _apply(records[i], env_rows[t], obs_list, done, i, envs[i], observers)
+            continue
         for i in active:
             for ob in observers:
                 ob.before_step(i, envs[i], obs_list[i], actions[i])
         outcomes = step_many(envs, active, [actions[i] for i in active])
-        for i, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
-            for ob in observers:
-                ob.after_step(i, envs[i], reward, info)
-            rec = records[i]
-            rec.length += 1
-            rec.last_stage = int(info["stage"])
-            rec.max_stage = max(rec.max_stage, rec.last_stage)
-            rec.success = bool(info["success"])
-            rec.sim_error = info.get("sim_error")
-            rec.perturbations += [p.get("type", "?") for p in info.get("perturbation", ())]
-            if obs is not None:
-                obs_list[i] = obs
-            if terminated or truncated:
-                done[i] = True
-                for ob in observers:
-                    ob.on_end(i, rec)
+        for i, outcome in zip(active, outcomes, strict=True):
+            _apply(records[i], outcome, obs_list, done, i, envs[i], observers)
     return records
+
+
+def _apply(
+    rec: EpisodeRecord,
+    outcome: StepOutcome,
+    obs_list: list[dict[str, np.ndarray]],
+    done: np.ndarray,
+    i: int,
+    env: gym.Env,
+    observers: Sequence[RolloutObserver],
+) -> None:
+    """Env ``i``'s step ``outcome`` into its record, its observation and ``done``; observers told."""
+    obs, reward, terminated, truncated, info = outcome
+    for ob in observers:
+        ob.after_step(i, env, reward, info)
+    rec.length += 1
+    rec.last_stage = int(info["stage"])
+    rec.max_stage = max(rec.max_stage, rec.last_stage)
+    rec.success = bool(info["success"])
+    rec.sim_error = info.get("sim_error")
+    rec.perturbations += [p.get("type", "?") for p in info.get("perturbation", ())]
+    if obs is not None:
+        obs_list[i] = obs
+    if terminated or truncated:
+        done[i] = True
+        for ob in observers:
+            ob.on_end(i, rec)
 
 
 def policy_obs_keys(policy: ActionChunkPolicy, obs: dict[str, np.ndarray]) -> list[str]:

@@ -186,6 +186,10 @@ class ACTPolicy(ObsConditionedPolicy):
         s.chunks = [*s.chunks[-1:], record]
         s.ensemble = self.ensembler.push(s.ensemble, chunk[:, self.n_obs_steps - 1 :])
 
+    def queued_actions(self) -> list[torch.Tensor]:
+        """The base class's queue; none with temporal ensembling (every step infers)."""
+        return [] if self.ensembler is not None else super().queued_actions()
+
     def next_action(self) -> torch.Tensor:
         """The queue's next action, or with temporal ensembling the ensembled action of this step."""
         if self.ensembler is None:

@@ -12,6 +12,10 @@ Contract of ``step_many(envs, indices, actions)``:
   raise: its row is ``(None, 0.0, True, False, {"stage": -1, "success": False, "sim_error":
   "action rejected: <message>"})``; the env was not stepped and the caller keeps its previous
   observation. Every other exception propagates.
+
+:func:`step_chunks` is the same for several actions per env (the rest of a policy's action chunk):
+each env takes its actions in order and stops after the step that ends its episode (terminated,
+truncated or rejected). Workers then step a whole chunk per message instead of one step per message.
 """
 
 from __future__ import annotations
@@ -56,3 +60,31 @@ def step_many(
     if workers is not None:  # proxies of rewind.rollout.workers.EnvWorkers: stepped in their processes
         return workers.step_many(envs, indices, actions)
     return [step_one(envs[i], a) for i, a in zip(indices, actions, strict=True)]
+
+
+def step_chunk(env: gym.Env, actions: Sequence[np.ndarray]) -> list[StepOutcome]:
+    """``env`` steps ``actions`` in order, stopping after the step that ends the episode."""
+    rows: list[StepOutcome] = []
+    for action in actions:
+        rows.append(step_one(env, action))
+        if rows[-1][2] or rows[-1][3]:
+            break
+    return rows
+
+
+def step_chunks(
+    envs: Sequence[gym.Env], indices: Sequence[int], action_seqs: Sequence[Sequence[np.ndarray]]
+) -> list[list[StepOutcome]]:
+    """Step ``envs[i]`` through ``action_seqs[k]`` (``[T, Da]``) for the ``k``-th index ``i``; per index
+    the outcomes of the steps taken (at most ``T``, fewer when the episode ended), in order. Envs are
+    independent, so the outcomes equal :func:`step_many` called once per step.
+
+    Raises:
+        ValueError: ``indices`` and ``action_seqs`` differ in length.
+    """
+    if len(indices) != len(action_seqs):
+        raise ValueError(f"step_chunks: {len(indices)} indices but {len(action_seqs)} action sequences")
+    workers = getattr(envs[indices[0]], "worker_pool", None) if len(indices) else None
+    if workers is not None:
+        return workers.step_chunks(envs, indices, action_seqs)
+    return [step_chunk(envs[i], seq) for i, seq in zip(indices, action_seqs, strict=True)]

@@ -11,6 +11,9 @@ worker, each holding some envs of the pool. The protocol over the worker's pipe,
    * ``("reset", [(index, seed, options), ...])`` -> ``[(info, sync), ...]``
    * ``("step", [(index, action or None), ...])`` -> ``[(reward, terminated, truncated, info, sync)
      or ("rejected", ActionError), ...]`` (``None``: the action is in the env's shared slot)
+   * ``("chunk", [(index, actions [T, Da]), ...])`` -> per index the rows of ``step`` for each step
+     taken, stopping after the one that ends the episode; an intermediate step's observation comes
+     inside its ``sync`` as ``fallback_obs`` (only the last one goes through the shared slot)
    * ``("call", (index, target, name, args, kwargs))`` -> ``(value, sync)``; ``args=None`` asks for
      the attribute itself: ``("method", None)`` when it is callable, else ``("value", value)``.
 
@@ -81,7 +84,7 @@ class _Server:
 
     def loop(self, conn: Connection) -> None:
         """Serve commands until ``close`` or until the parent goes away."""
-        handlers = {"reset": self.reset, "step": self.step, "call": self.call}
+        handlers = {"reset": self.reset, "step": self.step, "chunk": self.chunk, "call": self.call}
         while True:
             try:
                 command, payload = conn.recv()
@@ -115,6 +118,27 @@ class _Server:
                 out.append(("rejected", exc))
                 continue
             out.append((reward, terminated, truncated, info, self.sync(g, obs)))
+        return out
+
+    def chunk(self, items: list[tuple[int, Any]]) -> list[list[tuple]]:
+        """Step each listed env through its actions, until the last or the step that ends the episode."""
+        out: list[list[tuple]] = []
+        for g, actions in items:
+            env, rows = self.envs[g], []
+            for t, action in enumerate(actions):
+                try:
+                    obs, reward, terminated, truncated, info = env.step(action)
+                except ActionError as exc:
+                    self.sync(g, None)  # the physics state of the last step taken, into the slot
+                    rows.append(("rejected", exc))
+                    break
+                last = terminated or truncated or t == len(actions) - 1
+                elapsed = getattr(env.unwrapped, "elapsed_steps", None)
+                sync = self.sync(g, obs) if last else (-1, None, obs, elapsed)
+                rows.append((reward, terminated, truncated, info, sync))
+                if terminated or truncated:
+                    break
+            out.append(rows)
         return out
 
     def call(self, item: tuple[int, str, str, tuple | None, dict | None]) -> tuple[Any, Sync]:

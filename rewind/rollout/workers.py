@@ -187,6 +187,20 @@ class EnvWorkers(Sequence[WorkerEnv]):
             for g, r in zip(ids, raw, strict=True)
         ]
 
+    def step_chunks(
+        self, envs: Sequence[Any], indices: Sequence[int], action_seqs: Sequence[Sequence[np.ndarray]]
+    ) -> list[list[StepOutcome]]:
+        """:func:`rewind.rollout.pool.step_chunks` for proxies of this pool: one message per worker
+        carries every listed env's actions; the workers step them all at the same time."""
+        if len(indices) != len(action_seqs):
+            raise ValueError(f"step_chunks: {len(indices)} indices but {len(action_seqs)} action sequences")
+        ids = [self._own(envs[i]) for i in indices]
+        raw = self._by_worker("chunk", ids, [np.asarray(seq) for seq in action_seqs])
+        return [
+            [rejected(r[1]) if r[0] == "rejected" else self.outcome(g, r) for r in rows]
+            for g, rows in zip(ids, raw, strict=True)
+        ]
+
     def _own(self, env: Any) -> int:
         if not isinstance(env, WorkerEnv) or env.worker_pool is not self:
             raise ValueError(f"step_many: {type(env).__name__} is not an env of this worker pool")
@@ -195,17 +209,25 @@ class EnvWorkers(Sequence[WorkerEnv]):
     def step_envs(self, ids: list[int], actions: Sequence[Any]) -> list[tuple]:
         """Raw worker replies for stepping envs ``ids`` (pool indices) with ``actions``, in order."""
         self._check_open()
-        if len(set(ids)) != len(ids):
-            raise ValueError("step_many: an env is listed twice")
-        groups: dict[int, list[tuple[int, Any]]] = {}
         slot = self.layout.action
+        payload = []
         for g, a in zip(ids, actions, strict=True):
             if slot is not None and slot.fits(a):
                 np.copyto(self._res.views[g].action, a)  # type: ignore[arg-type]
                 a = None
-            groups.setdefault(self._owner[g], []).append((g, a))
+            payload.append(a)
+        return self._by_worker("step", ids, payload)
+
+    def _by_worker(self, command: str, ids: list[int], payload: Sequence[Any]) -> list[Any]:
+        """Send ``(command, [(g, item), ...])`` to the workers owning envs ``ids``; replies in order."""
+        self._check_open()
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{command}: an env is listed twice")
+        groups: dict[int, list[tuple[int, Any]]] = {}
+        for g, item in zip(ids, payload, strict=True):
+            groups.setdefault(self._owner[g], []).append((g, item))
         replies = self._exchange(
-            {w: ("step", items) for w, items in groups.items()},
+            {w: (command, items) for w, items in groups.items()},
             lambda w: "running " + seeds_text([self._seeds[g] for g, _ in groups[w]]),
         )
         cursors = {w: iter(r) for w, r in replies.items()}
