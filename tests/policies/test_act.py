@@ -160,6 +160,7 @@ def test_temporal_ensembling_actions_and_state_round_trip() -> None:
     for t in range(5):
         action = policy.select_action(step_obs(batch, t))
         assert action.shape == (B, DA) and torch.isfinite(action).all()
+        assert policy.queued_actions() == []  # every step infers: nothing for a runner to step ahead
     older, newer = policy.last_chunks
     assert (newer.start_step - older.start_step == 1).all()  # a chunk every step
     saved = policy.get_state()
