@@ -11,8 +11,9 @@ The policy is a default-size diffusion policy (``configs/policy/diffusion.yaml``
 10 DDIM steps, ``n_action_steps`` 8) trained for a few steps on scripted demos (its speed, not its
 skill, matters; pass ``--policy-path`` for real weights), the threshold the ``--quantile`` of a pilot's
 TIDE scores, so that some episodes rewind. ``batched`` and ``sequential_exact`` must give identical
-records (checked). One torch thread, as the monitored commands use. ``summary.inference_ms_min``: the
-fastest ``predict_chunk`` on 1 row and on ``--rows`` rows (what bounds the batched speedup).
+records (checked). One torch thread, as the monitored commands use (``--threads N``: N threads for
+every setting). ``summary.inference_ms_min``: the fastest ``predict_chunk`` on 1 row and on
+``--rows`` rows (what bounds the batched speedup).
 
     MUJOCO_GL=osmesa .venv/bin/python bench/rollout_batched.py --out bench/results/rollout_batched.json
 
@@ -261,10 +262,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--quantile", type=float, default=0.9)
     parser.add_argument("--collect", choices=sorted(COLLECT), default="", help="the loop's collection")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads for every setting (the commands' default: 1)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_batched.json"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    torch.set_num_threads(1)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         if args.policy_path:
             run, store = Path(args.policy_path), Path(args.demos_path)
@@ -287,7 +293,7 @@ def main() -> None:
         "batch": args.batch,
         "inference_rows": args.rows,
         "threshold": monitor.threshold(0),
-        "torch_threads": 1,
+        "torch_threads": args.threads,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
