@@ -5,7 +5,9 @@ interleaved round by round so that a change in the machine's load hits them alik
 
 * ``sequential``: one env, unpadded inference (what the one-env-at-a-time runner cost);
 * ``sequential_exact``: one env, inference padded to ``--rows`` rows (bit-identical to ``batched``);
-* ``batched``: ``--batch`` envs in lockstep, inference in blocks of ``--rows`` rows.
+* ``batched``: ``--batch`` envs in lockstep, inference in blocks of ``--rows`` rows;
+* ``batched_workers`` (with ``--workers N``): the same, the envs stepped in ``N`` worker processes
+  (``rollout.workers=N``), the monitor and the policy in this process.
 
 The policy is a default-size diffusion policy (``configs/policy/diffusion.yaml``: U-Net [32, 64, 128],
 10 DDIM steps, ``n_action_steps`` 8) trained for a few steps on scripted demos (its speed, not its
@@ -63,6 +65,7 @@ from rewind.monitor.checkpoints import make_labeler  # noqa: E402
 from rewind.monitor.factory import MonitorConfig, build_score, score_params  # noqa: E402
 from rewind.monitor.rollouts import run_monitored  # noqa: E402
 from rewind.policies.noise import NoiseStream, RowGenerators  # noqa: E402
+from rewind.rollout.workers import EnvFactory, EnvWorkers  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
 from rewind.train import TrainConfig, run_train  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
@@ -214,33 +217,46 @@ def inference_ms(task: str, loaded: Any, rows: int, reps: int = 15) -> dict[str,
 def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: Any) -> dict[str, Any]:
     """Every setting once per round on the same seeds, interleaved; records checked equal."""
     settings = {"sequential": (1, 0), "sequential_exact": (1, args.rows), "batched": (args.batch, args.rows)}
-    envs = [make_env(args.task) for _ in range(args.batch)]
+    envs: dict[str, Any] = {"local": [make_env(args.task) for _ in range(args.batch)]}
+    if args.workers:  # the same batch with its envs stepped in worker processes
+        settings["batched_workers"] = (args.batch, args.rows)
+        envs["batched_workers"] = EnvWorkers(EnvFactory(EnvConfig(name=args.task)), args.batch, args.workers)
     rounds: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
             seeds = list(range(1000 * (r + 1), 1000 * (r + 1) + args.episodes))
             row: dict[str, Any] = {"seeds": [seeds[0], seeds[-1]], "load_avg_1min": os.getloadavg()[0]}
             for name, (batch, rows) in settings.items():
+                batch_envs = envs.get(name, envs["local"])[:batch]
                 row[name] = run_setting(
-                    envs[:batch], loaded, monitor, tracker, seeds, rows, args.task, args.collect
+                    batch_envs, loaded, monitor, tracker, seeds, rows, args.task, args.collect
                 )
                 log.info("round %d %s: %.3f episodes/s", r, name, row[name]["episodes_per_s"])
-            if row["batched"]["records"] != row["sequential_exact"]["records"]:
-                raise SystemExit("batched and sequential_exact records differ: the equality is broken")
-            row["speedup_vs_sequential"] = round(
-                row["batched"]["episodes_per_s"] / row["sequential"]["episodes_per_s"], 3
-            )
             for name in settings:
+                if name.startswith("batched") and row[name]["records"] != row["sequential_exact"]["records"]:
+                    raise SystemExit(f"{name} and sequential_exact records differ: the equality is broken")
+            for name in settings:
+                if name.startswith("batched"):
+                    row[f"speedup_{name}_vs_sequential"] = round(
+                        row[name]["episodes_per_s"] / row["sequential"]["episodes_per_s"], 3
+                    )
                 row[name].pop("records")
+            row["speedup_vs_sequential"] = row["speedup_batched_vs_sequential"]
             rounds.append(row)
     finally:
-        for env in envs:
+        for env in envs["local"]:
             env.close()
-    summary = {
+        if "batched_workers" in envs:
+            envs["batched_workers"].close()
+    summary: dict[str, Any] = {
         name: {"episodes_per_s_median": statistics.median(x[name]["episodes_per_s"] for x in rounds)}
         for name in settings
     }
     summary["speedup_median"] = statistics.median(x["speedup_vs_sequential"] for x in rounds)
+    if args.workers:
+        summary["speedup_batched_workers_median"] = statistics.median(
+            x["speedup_batched_workers_vs_sequential"] for x in rounds
+        )
     summary["records_equal_batched_vs_sequential_exact"] = True
     return {"rounds": rounds, "summary": summary}
 
@@ -262,6 +278,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--quantile", type=float, default=0.9)
     parser.add_argument("--collect", choices=sorted(COLLECT), default="", help="the loop's collection")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="N >= 1: also 'batched_workers', the batch's envs in N worker processes",
+    )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads for every setting (the commands' default: 1)"
     )
@@ -294,6 +316,7 @@ def main() -> None:
         "inference_rows": args.rows,
         "threshold": monitor.threshold(0),
         "torch_threads": args.threads,
+        "workers": args.workers,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
