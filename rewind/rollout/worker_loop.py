@@ -112,34 +112,38 @@ class _Server:
         for g, action in items:
             if action is None:
                 action = self.views[g].action.copy()  # type: ignore[union-attr]
-            try:
-                obs, reward, terminated, truncated, info = self.envs[g].step(action)
-            except ActionError as exc:
-                out.append(("rejected", exc))
-                continue
-            out.append((reward, terminated, truncated, info, self.sync(g, obs)))
+            out.append(self.step_row(g, action, last=True))
         return out
 
     def chunk(self, items: list[tuple[int, Any]]) -> list[list[tuple]]:
         """Step each listed env through its actions, until the last or the step that ends the episode."""
         out: list[list[tuple]] = []
         for g, actions in items:
-            env, rows = self.envs[g], []
+            rows: list[tuple] = []
             for t, action in enumerate(actions):
-                try:
-                    obs, reward, terminated, truncated, info = env.step(action)
-                except ActionError as exc:
+                rows.append(self.step_row(g, action, last=t == len(actions) - 1))
+                if rows[-1][0] == "rejected":
                     self.sync(g, None)  # the physics state of the last step taken, into the slot
-                    rows.append(("rejected", exc))
                     break
-                last = terminated or truncated or t == len(actions) - 1
-                elapsed = getattr(env.unwrapped, "elapsed_steps", None)
-                sync = self.sync(g, obs) if last else (-1, None, obs, elapsed)
-                rows.append((reward, terminated, truncated, info, sync))
-                if terminated or truncated:
+                if rows[-1][1] or rows[-1][2]:
                     break
             out.append(rows)
         return out
+
+    def step_row(self, g: int, action: Any, last: bool) -> tuple:
+        """One step of env ``g``: the ``step`` reply row, or ``("rejected", ActionError)``. The state and
+        observation go through the slot (:meth:`sync`) on the ``last`` step or one that ends the
+        episode; otherwise the observation travels in the row (``fallback_obs``) and the slot is left."""
+        env = self.envs[g]
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except ActionError as exc:
+            return "rejected", exc
+        if last or terminated or truncated:
+            sync = self.sync(g, obs)
+        else:
+            sync = (-1, None, obs, getattr(env.unwrapped, "elapsed_steps", None))
+        return reward, terminated, truncated, info, sync
 
     def call(self, item: tuple[int, str, str, tuple | None, dict | None]) -> tuple[Any, Sync]:
         """Call (or read) ``name`` on the env (``env``), its task (``unwrapped``) or its outermost

@@ -208,7 +208,7 @@ class EnvWorkers(Sequence[WorkerEnv]):
 
     def step_envs(self, ids: list[int], actions: Sequence[Any]) -> list[tuple]:
         """Raw worker replies for stepping envs ``ids`` (pool indices) with ``actions``, in order."""
-        self._check_open()
+        self._check_open()  # before the action slots are written
         slot = self.layout.action
         payload = []
         for g, a in zip(ids, actions, strict=True):
