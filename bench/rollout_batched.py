@@ -43,6 +43,7 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _commands import write_result  # noqa: E402  (bench/ is on sys.path)
 
 import rewind  # noqa: F401, E402  (before mujoco: see rewind/__init__.py)
 from rewind.collect import CollectConfig, run_collect  # noqa: E402
@@ -320,11 +321,10 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "note": "shared machine: other jobs ran during the measurement (load_avg_1min per round)",
+        "note": "how busy the machine was: load_avg_1min per round",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
     log.info("summary: %s", json.dumps(result["summary"]))
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
 import torch  # noqa: E402
+from _commands import write_result  # noqa: E402  (bench/ is on sys.path)
 
 from rewind.envs.config import EnvConfig  # noqa: E402
 from rewind.lockstep import run_batch  # noqa: E402
@@ -197,10 +198,8 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "command": " ".join(["python bench/rollout_workers.py", *sys.argv[1:]]),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
     log.info("%s", json.dumps(ratios))
-    log.info("wrote %s", args.out)
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":
