@@ -11,7 +11,8 @@ folder of ``bench/base_policies.py``) it runs, each into its own folder under ``
 with P in {none, nudge}, and writes ``--out`` (JSON) and ``--table`` (Markdown): (a) success of the
 base policy vs with rewind (restore, drive), nominal and perturbed, with 95% Wilson intervals and the
 failure-rate reduction; (b) detectors compared (AUROC, balanced accuracy, TPR, FPR, lead time,
-cost). Finished steps (a ``summary.json``) are reused, so an interrupted run resumes.
+cost; ``--no-detectors`` skips it). Finished steps (a ``summary.json``) are reused, so an interrupted
+run resumes.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/monitor_results.py \
         stack3=runs/base_policies/stack3_d100_s10000 pick_place=runs/base_policies/pick_place_d100_s2500
@@ -81,6 +82,8 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
                 ],
                 base / name,
             )
+    if args.no_detectors:
+        return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": None}
     det = _run(
         [
             _bin("rewind-monitor-eval"),
@@ -101,10 +104,10 @@ def _cell(s: dict[str, Any]) -> str:
     return f"{s['success_rate']:.0%} [{lo:.2f}, {hi:.2f}]"
 
 
-def tables(rows: list[dict[str, Any]]) -> str:
-    """Markdown tables (a) success and (b) detectors."""
+def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
+    """Markdown tables (a) success (``episodes`` per cell) and (b) detectors."""
     out = [
-        "(a) Success (50 episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
+        f"(a) Success ({episodes} episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
         "",
         "| task | condition | base | + rewind (restore) | + rewind (drive) | failure cut (restore / drive) |",
         "|---|---|---|---|---|---|",
@@ -163,6 +166,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/monitor_results.json")
     ap.add_argument("--table", default="bench/results/monitor_results.md")
     ap.add_argument("--no-run", action="store_true", help="only tabulate the summaries that already exist")
+    ap.add_argument("--no-detectors", action="store_true", help="skip (b), the detector comparison")
     args = ap.parse_args()
     global NO_RUN
     NO_RUN = args.no_run
@@ -173,8 +177,8 @@ def main() -> None:
         task, run = item.split("=", 1)
         rows.append(run_task(Path(args.root), task, Path(run), args))
         Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
-        Path(args.table).write_text(tables(rows) + "\n")
-    print(tables(rows))
+        Path(args.table).write_text(tables(rows, args.episodes) + "\n")
+    print(tables(rows, args.episodes))
 
 
 if __name__ == "__main__":
