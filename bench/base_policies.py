@@ -103,10 +103,10 @@ def run_pair(root: Path, task: str, demos: int, steps: int, episodes: int, threa
     }
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The results as a Markdown table."""
+def markdown_table(rows: list[dict[str, Any]], episodes: int = 50) -> str:
+    """The results as a Markdown table (``episodes`` evaluation episodes per run)."""
     out = [
-        "| task | demos (steps) | train steps | train wall time | success (50 eps) | 95% Wilson CI |",
+        f"| task | demos (steps) | train steps | train wall time | success ({episodes} eps) | 95% Wilson CI |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         log.info("%s d%s: success %.0f%%", task, demos, 100 * rows[-1]["success_rate"])
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2))
-        Path(args.table).write_text(markdown_table(rows) + "\n")
-    print(markdown_table(rows))
+        Path(args.table).write_text(markdown_table(rows, args.episodes) + "\n")
+    print(markdown_table(rows, args.episodes))
 
 
 if __name__ == "__main__":
