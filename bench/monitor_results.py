@@ -69,15 +69,18 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             "wandb.mode=offline",
         ]
         success[f"base_{cond}"] = _run([*ev, f"out_dir={base / f'base_{cond}'}"], base / f"base_{cond}")
-        for mode in ("restore", "drive"):
+        modes = [("restore", args.max_rewinds), ("drive", args.max_rewinds)]
+        if args.paired:  # the monitored runner with rewinds off: the same noise streams, alarms logged only
+            modes.append(("norewind", 0))
+        for mode, budget in modes:
             name = f"{mode}_{cond}"
             success[name] = _run(
                 [
                     *ev,
                     "monitor=tide",
                     f"monitor.calibration={base / 'cal'}",
-                    f"rewind={mode}",
-                    f"rewind.max_rewinds={args.max_rewinds}",
+                    f"rewind={'restore' if mode == 'norewind' else mode}",
+                    f"rewind.max_rewinds={budget}",
                     f"out_dir={base / name}",
                 ],
                 base / name,
@@ -104,6 +107,43 @@ def _cell(s: dict[str, Any]) -> str:
     return f"{s['success_rate']:.0%} [{lo:.2f}, {hi:.2f}]"
 
 
+def _paired(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
+    """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse."""
+    ok = {r["seed"]: r["success"] for r in ref["records"]}
+    fixed = sum(1 for r in run["records"] if r["success"] and not ok[r["seed"]])
+    broken = sum(1 for r in run["records"] if not r["success"] and ok[r["seed"]])
+    return fixed, broken
+
+
+def paired_table(rows: list[dict[str, Any]]) -> list[str]:
+    """(a') With ``--paired``: rewind against the monitor with rewinds off, which runs the same noise
+    streams, so each seed's episode is the same up to its first rewind; per seed, fixed / broken."""
+    out = [
+        "",
+        "(a') Paired: the same monitored episodes with rewinds off (alarms logged only) as the reference",
+        "",
+        "| task | condition | no rewind | + restore (fixed / broken) | + drive (fixed / broken) "
+        "| failure cut (restore / drive) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        s = r["success"]
+        for cond in CONDITIONS:
+            ref = s.get(f"norewind_{cond}")
+            if ref is None or any(s.get(f"{m}_{cond}") is None for m in ("restore", "drive")):
+                continue
+            fb = 1 - ref["success_rate"]
+            cells, cuts = [], []
+            for m in ("restore", "drive"):
+                fixed, broken = _paired(ref, s[f"{m}_{cond}"])
+                cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
+                cuts.append((fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan"))
+            out.append(
+                f"| {r['task']} | {cond} | {_cell(ref)} | {cells[0]} | {cells[1]} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
+            )
+    return out if len(out) > 5 else []
+
+
 def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
     """Markdown tables (a) success (``episodes`` per cell) and (b) detectors."""
     out = [
@@ -126,6 +166,7 @@ def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
                 f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
                 f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
             )
+    out += paired_table(rows)
     out += [
         "",
         "(b) Detectors (thresholds from nominal successful rollouts, alpha = 0.05)",
@@ -167,6 +208,11 @@ def main() -> None:
     ap.add_argument("--table", default="bench/results/monitor_results.md")
     ap.add_argument("--no-run", action="store_true", help="only tabulate the summaries that already exist")
     ap.add_argument("--no-detectors", action="store_true", help="skip (b), the detector comparison")
+    ap.add_argument(
+        "--paired",
+        action="store_true",
+        help="also run the monitor with rewinds off (norewind_P) and tabulate the paired effect per seed",
+    )
     args = ap.parse_args()
     global NO_RUN
     NO_RUN = args.no_run
