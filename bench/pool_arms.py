@@ -1,0 +1,111 @@
+"""Pool a loop experiment's two arms over loop seeds and seed ranges: main arm vs control, one round.
+
+For round ``R`` of every loop in ``--loop`` (a ``bench/loop_result.py`` file), the round's candidates
+(main arm and control) on the loop's evaluation seeds, plus, with ``--heldout`` (a
+``bench/heldout_eval.py`` file), the same candidates on held-out seeds, named in loop order by
+``--main`` and ``--control``. Writes each arm's pooled successes with the 95% Wilson interval, per loop
+seed and in all, and the difference in points. Nothing is run; the numbers are the files' own.
+
+    .venv/bin/python bench/pool_arms.py --loop bench/results/issue12_loop_stack3_rac_fs_refit.json --round 2 \\
+        --heldout bench/results/heldout_stack3_rac_fs_refit_r2.json \\
+        --main fs_refit_s0_main_r2 fs_refit_s1_main_r2 --control fs_refit_s0_control_r2 fs_refit_s1_control_r2 \\
+        --out bench/results/pooled_stack3_rac_fs_refit_r2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from _commands import write_result
+
+from rewind.utils.stats import wilson_interval
+
+log = logging.getLogger("bench")
+
+
+def _candidates(run: dict[str, Any], r: int) -> tuple[float, float]:
+    """Round ``r``'s main and control candidates' success rates on the evaluation seeds."""
+    rounds = {x["round"]: x for x in run["summary"]["rounds"]}
+    if r not in rounds or r == 0:
+        raise SystemExit(f"{run['out_dir']} has no round {r} (rounds: {sorted(rounds)})")
+    x = rounds[r]
+    main = x["candidate_success"] if x.get("candidate_success") is not None else x["success_rate"]
+    ctl = x["control_candidate_success"]
+    if ctl is None:
+        ctl = x["control_success"]
+    if ctl is None:
+        raise SystemExit(f"{run['out_dir']} round {r} has no control arm (run the loop with control=true)")
+    return main, ctl
+
+
+def _arm(k: int, n: int) -> dict[str, Any]:
+    return {"successes": k, "episodes": n, "success": k / n, "ci95": list(wilson_interval(k, n))}
+
+
+def pool(args: argparse.Namespace) -> dict[str, Any]:
+    """Per loop seed and pooled: successes of each arm; the difference in points."""
+    runs = json.loads(args.loop.read_text())["runs"]
+    held = json.loads(args.heldout.read_text())["results"] if args.heldout else {}
+    for names in (args.main, args.control):
+        if held and len(names) != len(runs):
+            raise SystemExit(
+                f"--main and --control need one held-out name per loop ({len(runs)}), got {names}"
+            )
+        missing = [n for n in names if held and n not in held]
+        if missing:
+            raise SystemExit(f"{missing} not in {args.heldout} (names: {sorted(held)})")
+    per_seed, tot = [], {"main": [0, 0], "control": [0, 0]}
+    for i, run in enumerate(runs):
+        rates = dict(zip(("main", "control"), _candidates(run, args.round), strict=True))
+        row: dict[str, Any] = {"out_dir": run["out_dir"]}
+        for arm, rate in rates.items():
+            k, n = round(rate * args.eval_episodes), args.eval_episodes
+            if held:
+                h = held[(args.main if arm == "main" else args.control)[i]]["summary"]
+                k, n = k + h["successes"], n + h["episodes"]
+            row[arm] = _arm(k, n)
+            tot[arm][0] += k
+            tot[arm][1] += n
+        row["difference_points"] = 100 * (row["main"]["success"] - row["control"]["success"])
+        per_seed.append(row)
+    pooled = {arm: _arm(*kn) for arm, kn in tot.items()}
+    pooled["difference_points"] = 100 * (pooled["main"]["success"] - pooled["control"]["success"])
+    return {
+        "loop": str(args.loop),
+        "heldout": str(args.heldout),
+        "round": args.round,
+        "per_seed": per_seed,
+        "pooled": pooled,
+    }
+
+
+def main() -> None:
+    """Write the pooled comparison."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--loop", type=Path, required=True, help="a bench/loop_result.py file")
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--eval-episodes", type=int, default=100, help="the loops' eval.episodes")
+    p.add_argument("--heldout", type=Path, default=None, help="a bench/heldout_eval.py file")
+    p.add_argument("--main", nargs="*", default=[], help="held-out names of the main candidates, loop order")
+    p.add_argument("--control", nargs="*", default=[], help="held-out names of the control candidates")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    result = pool(args)
+    for row in [*result["per_seed"], {"out_dir": "pooled", **result["pooled"]}]:
+        m, c = row["main"], row["control"]
+        log.info(
+            "%s: main %d/%d = %.1f%% [%.1f, %.1f], control %d/%d = %.1f%% [%.1f, %.1f], %+.1f points",
+            row["out_dir"], m["successes"], m["episodes"], 100 * m["success"], 100 * m["ci95"][0],
+            100 * m["ci95"][1], c["successes"], c["episodes"], 100 * c["success"], 100 * c["ci95"][0],
+            100 * c["ci95"][1], row["difference_points"],
+        )  # fmt: skip
+    write_result(args.out, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""bench/pool_arms.py: a loop's two arms pooled over loop seeds and seed ranges, and clear errors for a
+missing round or held-out name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "pool_arms.py"
+
+
+def _loop(tmp_path: Path) -> Path:
+    def rnd(r: int, main: float, ctl: float) -> dict:
+        return {"round": r, "success_rate": main, "candidate_success": main, "control_success": ctl,
+                "control_candidate_success": ctl}  # fmt: skip
+
+    runs = [
+        {"out_dir": f"loop_s{s}", "summary": {"rounds": [rnd(0, 0.2, None), rnd(1, m, c)]}}
+        for s, (m, c) in enumerate([(0.30, 0.20), (0.40, 0.30)])
+    ]
+    path = tmp_path / "loop.json"
+    path.write_text(json.dumps({"runs": runs}))
+    return path
+
+
+def _held(tmp_path: Path) -> Path:
+    res = {n: {"summary": {"successes": k, "episodes": 100}} for n, k in
+           [("m0", 10), ("c0", 20), ("m1", 50), ("c1", 40)]}  # fmt: skip
+    path = tmp_path / "held.json"
+    path.write_text(json.dumps({"results": res}))
+    return path
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--loop",
+        str(_loop(tmp_path)),
+        "--out",
+        str(tmp_path / "p.json"),
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def test_pool_arms_sums_eval_and_heldout_per_arm(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--round", "1", "--heldout", str(_held(tmp_path)), "--main", "m0", "m1",
+                "--control", "c0", "c1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "p.json").read_text())
+    pooled = res["pooled"]
+    assert (pooled["main"]["successes"], pooled["main"]["episodes"]) == (30 + 10 + 40 + 50, 400)
+    assert (pooled["control"]["successes"], pooled["control"]["episodes"]) == (20 + 20 + 30 + 40, 400)
+    assert abs(pooled["difference_points"] - 100 * (130 - 110) / 400) < 1e-9
+    lo, hi = pooled["main"]["ci95"]
+    assert lo < pooled["main"]["success"] < hi
+    assert res["per_seed"][0]["main"]["successes"] == 40 and res["per_seed"][1]["control"]["successes"] == 70
+
+
+def test_pool_arms_without_heldout_uses_the_eval_seeds_only(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--round", "1", "--eval-episodes", "50")
+    assert proc.returncode == 0, proc.stderr
+    pooled = json.loads((tmp_path / "p.json").read_text())["pooled"]
+    assert pooled["main"]["successes"] == 15 + 20 and pooled["control"]["episodes"] == 100
+
+
+def test_pool_arms_names_a_missing_round_and_a_missing_name(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--round", "2")
+    assert proc.returncode != 0 and "has no round 2" in proc.stderr
+    proc = _run(tmp_path, "--round", "1", "--heldout", str(_held(tmp_path)), "--main", "m0", "mX",
+                "--control", "c0", "c1")  # fmt: skip
+    assert proc.returncode != 0 and "['mX'] not in" in proc.stderr
+    assert not (tmp_path / "p.json").exists()
