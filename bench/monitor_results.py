@@ -107,6 +107,12 @@ def _cell(s: dict[str, Any]) -> str:
     return f"{s['success_rate']:.0%} [{lo:.2f}, {hi:.2f}]"
 
 
+def _cut(ref: dict[str, Any], run: dict[str, Any]) -> float:
+    """The failure-rate reduction of ``run`` against ``ref`` (positive: fewer failures; nan if none)."""
+    fb = 1 - ref["success_rate"]
+    return (fb - (1 - run["success_rate"])) / fb if fb > 0 else float("nan")
+
+
 def _paired(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
     """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse."""
     ok = {r["seed"]: r["success"] for r in ref["records"]}
@@ -132,12 +138,11 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
             ref = s.get(f"norewind_{cond}")
             if ref is None or any(s.get(f"{m}_{cond}") is None for m in ("restore", "drive")):
                 continue
-            fb = 1 - ref["success_rate"]
             cells, cuts = [], []
             for m in ("restore", "drive"):
                 fixed, broken = _paired(ref, s[f"{m}_{cond}"])
                 cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
-                cuts.append((fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan"))
+                cuts.append(_cut(ref, s[f"{m}_{cond}"]))
             out.append(
                 f"| {r['task']} | {cond} | {_cell(ref)} | {cells[0]} | {cells[1]} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
             )
@@ -157,16 +162,14 @@ def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
             s = r["success"]
             if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore", "drive")):
                 continue
-            fb = 1 - s[f"base_{cond}"]["success_rate"]
-            cuts = [
-                (fb - (1 - s[f"{m}_{cond}"]["success_rate"])) / fb if fb > 0 else float("nan")
-                for m in ("restore", "drive")
-            ]
+            cuts = [_cut(s[f"base_{cond}"], s[f"{m}_{cond}"]) for m in ("restore", "drive")]
             out.append(
                 f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
                 f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
             )
     out += paired_table(rows)
+    if all(r["detectors"] is None for r in rows):
+        return "\n".join(out)
     out += [
         "",
         "(b) Detectors (thresholds from nominal successful rollouts, alpha = 0.05)",
