@@ -69,17 +69,18 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             "wandb.mode=offline",
         ]
         success[f"base_{cond}"] = _run([*ev, f"out_dir={base / f'base_{cond}'}"], base / f"base_{cond}")
-        modes = [("restore", args.max_rewinds), ("drive", args.max_rewinds)]
+        # (folder prefix, rewind mode, rewinds per episode)
+        modes = [("restore", "restore", args.max_rewinds), ("drive", "drive", args.max_rewinds)]
         if args.paired:  # the monitored runner with rewinds off: the same noise streams, alarms logged only
-            modes.append(("norewind", 0))
-        for mode, budget in modes:
-            name = f"{mode}_{cond}"
+            modes.append(("norewind", "restore", 0))
+        for prefix, mode, budget in modes:
+            name = f"{prefix}_{cond}"
             success[name] = _run(
                 [
                     *ev,
                     "monitor=tide",
                     f"monitor.calibration={base / 'cal'}",
-                    f"rewind={'restore' if mode == 'norewind' else mode}",
+                    f"rewind={mode}",
                     f"rewind.max_rewinds={budget}",
                     f"out_dir={base / name}",
                 ],

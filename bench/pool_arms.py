@@ -33,10 +33,12 @@ def _candidates(run: dict[str, Any], r: int) -> tuple[float, float]:
     if r not in rounds or r == 0:
         raise SystemExit(f"{run['out_dir']} has no round {r} (rounds: {sorted(rounds)})")
     x = rounds[r]
-    main = x["candidate_success"] if x.get("candidate_success") is not None else x["success_rate"]
-    ctl = x["control_candidate_success"]
-    if ctl is None:
-        ctl = x["control_success"]
+
+    def candidate(prefix: str) -> float | None:  # a rejected candidate's own result, else the deployed one
+        rejected = x.get(f"{prefix}candidate_success")
+        return rejected if rejected is not None else x[f"{prefix}success" if prefix else "success_rate"]
+
+    main, ctl = candidate(""), candidate("control_")
     if ctl is None:
         raise SystemExit(f"{run['out_dir']} round {r} has no control arm (run the loop with control=true)")
     return main, ctl
