@@ -4,7 +4,7 @@ Every setting is one guided collection (``recovery=guided``'s source, episodes a
 no fine-tuning) of ``--episodes`` episodes on the same env seeds (``--seed0`` ..), into
 ``ROOT/TASK/<setting>/summary.json``; a setting whose summary exists is read, not rerun (so an
 interrupted sweep resumes). Scale 0 is the control: plain rollouts with the same diagnostics.
-Settings that share the sampler, prototypes and dynamics data share the plain rollouts and models
+Settings that share the sampler, prototypes, dynamics data and latent share the plain rollouts and models
 (``rewind.loop.guided_sweep.prep_key``). Per setting it reports collection success (95% Wilson),
 success / control, the fraction of chunk inferences where guidance was gated on, the mean change of
 the executed actions guidance caused (same generator state, sampled again without guidance), the mean
@@ -31,8 +31,15 @@ from typing import Any
 
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig
-from rewind.loop.guided import DYNAMICS_DATA, SAMPLERS, GuidedConfig
-from rewind.loop.guided_sweep import SweepSetting, check_paths, collect_guided, prep_key, sweep_grid
+from rewind.loop.guided import DYNAMICS_DATA, LATENTS, SAMPLERS, GuidedConfig
+from rewind.loop.guided_sweep import (
+    PrepKey,
+    SweepSetting,
+    check_paths,
+    collect_guided,
+    prep_key,
+    sweep_grid,
+)
 from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("guided_sweep")
@@ -42,7 +49,7 @@ DEFAULT_SCALES = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
 
 
 def run_setting(
-    s: SweepSetting, a: argparse.Namespace, folder: Path, cache: dict[tuple[str, int, str], Any]
+    s: SweepSetting, a: argparse.Namespace, folder: Path, cache: dict[PrepKey, Any]
 ) -> dict[str, Any]:
     """The setting's summary: read when its ``summary.json`` exists (same seeds and weights), else run."""
     seeds = list(range(a.seed0, a.seed0 + a.episodes))
@@ -89,7 +96,8 @@ def row(s: SweepSetting, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _group(r: dict[str, Any]) -> tuple[str, int, str]:
-    """The settings a row's scale-0 control shares (``rewind.loop.guided_sweep.prep_key``)."""
+    """The settings a row's scale-0 control shares (``prep_key`` without the latent: without guidance
+    the latent changes no action)."""
     return r["sampler"], r["prototypes"], r["dynamics_data"]
 
 
@@ -109,15 +117,15 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table."""
     out = [
-        "| sampler | K | M | dyn. data | scale | success (95% Wilson) | x control | gated | "
+        "| sampler | K | M | dyn. data | latent | scale | success (95% Wilson) | x control | gated | "
         "action change (gated) | drift | AUROC max / mean |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lo, hi = r["ci95"]
         out.append(
             f"| {r['sampler']} ({r['denoising_steps']}) | {r['last_k']} | {r['prototypes']} | "
-            f"{r['dynamics_data']} | {r['scale']:g} | {r['successes']}/{r['episodes']} = "
+            f"{r['dynamics_data']} | {r.get('latent', 'pca')} | {r['scale']:g} | {r['successes']}/{r['episodes']} = "
             f"{r['success']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(r['vs_control'])} | {r['gated_fraction']:.2f} | "
             f"{_f(r['action_change_mean'], '.4f')} ({_f(r['action_change_gated_mean'], '.4f')}) | "
             f"{_f(r['drift_mean'])} | {_f(r['drift_auroc_max'])} / {_f(r['drift_auroc_mean'])} |"
@@ -139,6 +147,7 @@ def plot(rows: list[dict[str, Any]], task: str, path: Path) -> None:
     for r in rows:
         if r["scale"] > 0:
             key = f"{r['sampler']} K={r['last_k']} M={r['prototypes']} {r['dynamics_data']}"
+            key += "" if r.get("latent", "pca") == "pca" else f" {r['latent']}"
             groups.setdefault(key, [ctrl[_group(r)]] if _group(r) in ctrl else []).append(r)
     positive = [r["scale"] for r in rows if r["scale"] > 0]
     for key, grp in groups.items():
@@ -172,6 +181,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--last-k", nargs="+", type=int, default=[3], help="guided denoising steps")
     ap.add_argument("--prototypes", nargs="+", type=int, default=[4], help="prototypes per phase")
     ap.add_argument("--dynamics-data", nargs="+", default=["both"], help=f"of {list(DYNAMICS_DATA)}")
+    ap.add_argument("--latents", nargs="+", default=["pca"], help=f"of {list(LATENTS)}")
     ap.add_argument("--episodes", type=int, default=50, help="guided episodes per setting")
     ap.add_argument("--rollouts", type=int, default=20, help="plain rollouts for dynamics and bands")
     ap.add_argument("--seed0", type=int, default=30000, help="env seed of the first episode (all settings)")
@@ -190,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if a.episodes < 1 or a.rollouts < 1:
             raise ConfigError(f"--episodes and --rollouts must be >= 1; got {a.episodes}, {a.rollouts}")
-        grid = sweep_grid(a.scales, a.samplers, a.last_k, a.prototypes, a.dynamics_data)
+        grid = sweep_grid(a.scales, a.samplers, a.last_k, a.prototypes, a.dynamics_data, latents=a.latents)
         check_paths(a.base_weights, a.demos)
     except ConfigError as exc:
         sys.exit(f"guided_sweep: {exc}")
@@ -200,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out or f"bench/results/guided_sweep_{a.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     root = Path(a.root) / a.task
-    cache: dict[tuple[str, int, str], Any] = {}
+    cache: dict[PrepKey, Any] = {}
     rows: list[dict[str, Any]] = []
     for s in grid:
         rows = with_control([*rows, row(s, run_setting(s, a, root / s.name, cache))])

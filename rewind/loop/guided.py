@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 DYNAMICS_DATA = ("both", "rollouts", "demos")
 #: ``recovery.guided.sampler``: the policy's own sampler, or DDIM / DDPM (diffusion policies).
 SAMPLERS = ("policy", "ddim", "ddpm")
+#: ``recovery.guided.latent``: the space prototypes and dynamics live in (see :class:`GuidedConfig`).
+LATENTS = ("pca", "learned")
 
 
 @dataclass
@@ -61,6 +63,11 @@ class GuidedConfig:
             policy's own), ``ddim`` or ``ddpm`` (every training step, as ReGuide; diffusion policies only).
         inference_steps: denoising steps (``None``: the sampler's default: the policy's own for
             ``policy``, 10 for DDIM, every training step for DDPM).
+        latent: ``pca``: encoder features whitened to ``pca_dim`` principal components of the demos;
+            ``learned``: a linear projection of the features (started at that PCA basis) trained with the
+            dynamics model to make ``p_{t+h}`` predictable, kept whitened by a covariance penalty
+            (weight ``projection_cov_weight``); the prototypes are then refit in it
+            (:func:`train_projection`).
         measure_change: on every inference where guidance was applied, sample the same chunk again
             without guidance from the same generator state and record the change of the executed
             actions (one extra sampling per guided inference; see :mod:`rewind.loop.guided_diagnostics`).
@@ -80,6 +87,8 @@ class GuidedConfig:
     dynamics_data: str = "both"
     sampler: str = "policy"
     inference_steps: int | None = None
+    latent: str = "pca"
+    projection_cov_weight: float = 1.0
     measure_change: bool = True
 
     def __post_init__(self) -> None:
@@ -95,6 +104,8 @@ class GuidedConfig:
         require(self.temperature > 0, f"recovery.guided.temperature must be > 0; got {self.temperature}")
         check_choice("recovery.guided.dynamics_data", self.dynamics_data, DYNAMICS_DATA)
         check_choice("recovery.guided.sampler", self.sampler, SAMPLERS)
+        check_choice("recovery.guided.latent", self.latent, LATENTS)
+        check_range("recovery.guided.projection_cov_weight", self.projection_cov_weight, 0.0)
         if self.inference_steps is not None:
             check_range("recovery.guided.inference_steps", self.inference_steps, 1)
 
@@ -126,12 +137,21 @@ class PhaseModel(nn.Module):
         self.n_phases = int(phase.max()) + 1
 
     @classmethod
-    def fit(cls, latents: np.ndarray, times: np.ndarray, cfg: GuidedConfig, seed: int) -> PhaseModel:
-        """PCA (whitened) + k-means on demo latents ``[N, F]`` with normalised times ``[N]`` in [0, 1]."""
+    def fit(
+        cls,
+        latents: np.ndarray,
+        times: np.ndarray,
+        cfg: GuidedConfig,
+        seed: int,
+        basis: np.ndarray | None = None,
+    ) -> PhaseModel:
+        """PCA (whitened) + k-means on demo latents ``[N, F]`` with normalised times ``[N]`` in [0, 1];
+        ``basis`` ``[F, d]``: project with it instead of the PCA (a learned projection)."""
         mean = latents.mean(0)
-        u, s, vt = np.linalg.svd(latents - mean, full_matrices=False)
-        dim = min(cfg.pca_dim, vt.shape[0])
-        basis = vt[:dim].T / np.maximum(s[:dim] / np.sqrt(len(latents)), 1e-6)
+        if basis is None:
+            _, s, vt = np.linalg.svd(latents - mean, full_matrices=False)
+            dim = min(cfg.pca_dim, vt.shape[0])
+            basis = vt[:dim].T / np.maximum(s[:dim] / np.sqrt(len(latents)), 1e-6)
         p = (latents - mean) @ basis
         k = min(cfg.phases * cfg.prototypes, len(p))
         centres, labels = kmeans(p, k, np.random.default_rng(seed))
@@ -192,6 +212,58 @@ def train_dynamics(
         loss.backward()
         opt.step()
     return model.eval().requires_grad_(False), float(loss.detach())
+
+
+def _whitening(x: np.ndarray) -> np.ndarray:
+    """``[F, r]``: maps centred features onto all their ``r`` non-degenerate whitened components."""
+    _, s, vt = np.linalg.svd(x, full_matrices=False)
+    keep = s > 1e-6 * s[0]
+    return vt[keep].T / (s[keep] / np.sqrt(len(x)))
+
+
+def train_projection(
+    z: np.ndarray,
+    a: np.ndarray,
+    z_next: np.ndarray,
+    mean: np.ndarray,
+    basis: np.ndarray,
+    steps: int,
+    seed: int,
+    cov_weight: float = 1.0,
+) -> tuple[np.ndarray, LatentDynamics, float]:
+    """A learned latent (``recovery.guided.latent=learned``): a linear projection ``W`` ``[F, d]``
+    (started at ``basis``) and :class:`LatentDynamics` in its space, trained together on raw feature
+    transitions ``z [N, F], a [N, h, Da] -> z_next [N, F]`` to minimise
+    ``|f(W(z - mean), a) - W(z_next - mean)|^2 + cov_weight * |Cov(W(z - mean)) - I|_F^2 / d``.
+    The covariance term keeps the projection whitened, so it cannot shrink to make prediction
+    trivial. ``W`` is learned in the transitions' whitened coordinates (``W = white @ M``), so the
+    step size does not depend on the features' scale. Returns ``W``, the model and its final error."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LatentDynamics(basis.shape[1], a.shape[1], a.shape[2])
+    white = _whitening(z - mean)
+    m = nn.Parameter(torch.as_tensor(np.linalg.lstsq(white, basis, rcond=None)[0], dtype=torch.float32))
+    tw = torch.as_tensor(white, dtype=torch.float32)
+    mu = torch.as_tensor(mean, dtype=torch.float32)
+    tz, tn = (torch.as_tensor(x, dtype=torch.float32) - mu for x in (z, z_next))
+    ta = torch.as_tensor(a, dtype=torch.float32)
+    eye = torch.eye(m.shape[1])
+    opt = torch.optim.Adam([{"params": model.parameters(), "lr": 1e-3}, {"params": [m], "lr": 1e-2}])
+    mse = torch.zeros(())
+    for _ in range(steps):
+        idx = torch.randint(0, len(tz), (min(256, len(tz)),), generator=gen)
+        w = tw @ m
+        p, p_next = tz[idx] @ w, tn[idx] @ w
+        mse = ((model(p, ta[idx]) - p_next) ** 2).mean()
+        centred = p - p.mean(0)
+        cov = centred.T @ centred / max(len(idx) - 1, 1)
+        loss = mse + cov_weight * ((cov - eye) ** 2).sum() / m.shape[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    w = (tw @ m).detach().numpy().astype(np.float64)
+    return w, model.eval().requires_grad_(False), float(mse.detach())
 
 
 class DriftGuide:

@@ -12,7 +12,14 @@ import torch
 
 from rewind.config import ConfigError
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.guided import DriftGuide, GuidedConfig, LatentDynamics, PhaseModel, train_dynamics
+from rewind.loop.guided import (
+    DriftGuide,
+    GuidedConfig,
+    LatentDynamics,
+    PhaseModel,
+    train_dynamics,
+    train_projection,
+)
 from rewind.loop.guided_diagnostics import GuidanceDiagnostics, use_sampler
 from rewind.loop.sources import CONTINUE, RecoverySource, SourceContext
 from rewind.monitor.episode import MonitoredEpisode, RewindConfig, StepResult
@@ -58,15 +65,17 @@ def rollouts(ctx: SourceContext, n: int, seed0: int) -> tuple[list[Trajectory], 
 
 
 def _transitions(
-    policy: ActionChunkPolicy, phases: PhaseModel, trajs: list[Trajectory], h: int, stride: int = 1
+    policy: ActionChunkPolicy, phases: PhaseModel | None, trajs: list[Trajectory], h: int, stride: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Whitened latents, the next ``h`` normalised actions and the latent ``h`` steps later."""
+    """Latents (projected by ``phases``; ``None``: the raw encoder features), the next ``h``
+    normalised actions and the latent ``h`` steps later."""
     ps, acts, nexts = [], [], []
     for obs, actions in trajs:
         if len(actions) <= h:
             continue
         with torch.no_grad():
-            p = phases.project(episode_latents(policy, obs))
+            z = episode_latents(policy, obs)
+            p = z if phases is None else phases.project(z)
             a = policy.normalizer.normalize("action", torch.as_tensor(actions).float())
         t = np.arange(0, len(actions) - h, stride)
         ps.append(p[t])
@@ -104,11 +113,23 @@ def build_guide_models(ctx: SourceContext, g: GuidedConfig) -> GuideModels:
         demos = [(ep.obs, ep.actions) for ep in (store.load(i.id) for i in store.episodes(success=True))]
     lat = [episode_latents(policy, obs).numpy() for obs, _ in demos]
     times = np.concatenate([np.linspace(0, 1, len(z)) for z in lat])
-    phases = PhaseModel.fit(np.concatenate(lat), times, g, ctx.seed + ctx.round)
+    seed = ctx.seed + ctx.round
+    phases = PhaseModel.fit(np.concatenate(lat), times, g, seed)
     plain, base_success = rollouts(ctx, g.rollouts, g.rollout_seed + 1000 * ctx.round)
     h = policy.n_action_steps
     data = {"both": demos + plain, "rollouts": plain, "demos": demos}[g.dynamics_data]
-    dyn, mse = train_dynamics(*_transitions(policy, phases, data, h), g.dynamics_steps, ctx.seed + ctx.round)
+    if g.latent == "learned":
+        basis, dyn, mse = train_projection(
+            *_transitions(policy, None, data, h),
+            phases.mean.numpy(),
+            phases.basis.numpy(),
+            g.dynamics_steps,
+            seed,
+            g.projection_cov_weight,
+        )
+        phases = PhaseModel.fit(np.concatenate(lat), times, g, seed, basis=basis)
+    else:
+        dyn, mse = train_dynamics(*_transitions(policy, phases, data, h), g.dynamics_steps, seed)
     p, a, _ = _transitions(policy, phases, plain, h, stride=h)
     with torch.no_grad():
         pt = torch.as_tensor(p)
@@ -119,6 +140,7 @@ def build_guide_models(ctx: SourceContext, g: GuidedConfig) -> GuideModels:
         "base_rollouts": g.rollouts,
         "base_rollout_success": base_success,
         "dynamics_data": g.dynamics_data,
+        "latent": g.latent,
         "dynamics_mse": mse,
         "transitions": int(len(p)),
         "d_low": low.tolist(),

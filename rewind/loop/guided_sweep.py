@@ -3,10 +3,10 @@ setting, from one base policy, on the same env seeds, with no fine-tuning.
 
 A setting (:class:`SweepSetting`) is what the sweep varies: the guidance ``scale`` (0 = plain rollouts,
 the control), the ``sampler``, the number of guided denoising steps ``last_k``, the ``prototypes`` per
-phase and the dynamics model's data. :func:`sweep_grid` checks a grid and expands it;
+phase, the dynamics model's data and the ``latent`` (PCA or a learned projection). :func:`sweep_grid` checks a grid and expands it;
 :func:`collect_guided` runs one setting exactly as a ``recovery=guided`` round collects (the same source,
 episodes and summary), without a store. Settings that share the sampler, the prototypes and the
-dynamics data share the prepared models (:func:`prep_key`), so the plain rollouts they need run once.
+dynamics data and latent share the prepared models (:func:`prep_key`), so the plain rollouts they need run once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rewind.config import ConfigError, check_choice, require
 from rewind.envs.config import EnvConfig, build_env
 from rewind.loop.config import RecoveryConfig
 from rewind.loop.episodes import CollectRules, collect_episodes, summarize_outcomes
-from rewind.loop.guided import DYNAMICS_DATA, SAMPLERS, GuidedConfig
+from rewind.loop.guided import DYNAMICS_DATA, LATENTS, SAMPLERS, GuidedConfig
 from rewind.loop.guided_source import GuidedSource, GuideModels
 from rewind.loop.sources import SourceContext
 from rewind.monitor.episode import MonitoredEpisode, RewindConfig
@@ -45,11 +45,14 @@ class SweepSetting:
     last_k: int = 3
     prototypes: int = 4
     dynamics_data: str = "both"
+    latent: str = "pca"
 
     @property
     def name(self) -> str:
-        """The setting's folder name, e.g. ``ddim_k3_m4_both_c0.01``."""
-        return f"{self.sampler}_k{self.last_k}_m{self.prototypes}_{self.dynamics_data}_c{self.scale:g}"
+        """The setting's folder name, e.g. ``ddim_k3_m4_both_c0.01`` (``..._learned_c0.3`` for a
+        learned latent)."""
+        lat = "" if self.latent == "pca" else f"_{self.latent}"
+        return f"{self.sampler}_k{self.last_k}_m{self.prototypes}_{self.dynamics_data}{lat}_c{self.scale:g}"
 
     def guided(self, base: GuidedConfig) -> GuidedConfig:
         """``base`` with this setting's fields (checked by :class:`GuidedConfig`)."""
@@ -60,12 +63,16 @@ class SweepSetting:
             last_k=self.last_k,
             prototypes=self.prototypes,
             dynamics_data=self.dynamics_data,
+            latent=self.latent,
         )
 
 
-def prep_key(s: SweepSetting) -> tuple[str, int, str]:
+PrepKey = tuple[str, int, str, str]
+
+
+def prep_key(s: SweepSetting) -> PrepKey:
     """What the prepared models depend on among a setting's fields (not ``scale``, not ``last_k``)."""
-    return s.sampler, s.prototypes, s.dynamics_data
+    return s.sampler, s.prototypes, s.dynamics_data, s.latent
 
 
 def sweep_grid(
@@ -75,9 +82,10 @@ def sweep_grid(
     prototypes: Sequence[int] = (4,),
     dynamics_data: Sequence[str] = ("both",),
     base: GuidedConfig | None = None,
+    latents: Sequence[str] = ("pca",),
 ) -> list[SweepSetting]:
     """Every combination, scale-major last; the ``scale = 0`` control once per (sampler, prototypes,
-    dynamics data) (``last_k`` does nothing without guidance). Raises :class:`ConfigError` naming the
+    dynamics data), with the first latent (``last_k`` and the latent change nothing without guidance). Raises :class:`ConfigError` naming the
     first invalid value: an empty list, a duplicate, a negative scale, no ``0`` among the scales."""
     axes = {
         "scales": scales,
@@ -85,6 +93,7 @@ def sweep_grid(
         "last_ks": last_ks,
         "prototypes": prototypes,
         "dynamics_data": dynamics_data,
+        "latents": latents,
     }
     for key, values in axes.items():
         require(len(values) > 0, f"sweep {key} must not be empty")
@@ -95,12 +104,16 @@ def sweep_grid(
         check_choice("sweep samplers", s, SAMPLERS)
     for d in dynamics_data:
         check_choice("sweep dynamics_data", d, DYNAMICS_DATA)
+    for lat in latents:
+        check_choice("sweep latents", lat, LATENTS)
     base = base or GuidedConfig()
     out: list[SweepSetting] = []
-    for sampler, m, data, k, c in itertools.product(
-        samplers, prototypes, dynamics_data, last_ks, sorted(scales)
+    for sampler, m, data, lat, k, c in itertools.product(
+        samplers, prototypes, dynamics_data, latents, last_ks, sorted(scales)
     ):
-        setting = SweepSetting(float(c), sampler, k if c > 0 else min(last_ks), m, data)
+        setting = SweepSetting(
+            float(c), sampler, k if c > 0 else min(last_ks), m, data, lat if c > 0 else latents[0]
+        )
         setting.guided(base)  # raises on an invalid value
         if setting not in out:
             out.append(setting)

@@ -12,7 +12,15 @@ from rewind.config import ConfigError
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
 from rewind.loop.episodes import run_episode
-from rewind.loop.guided import DriftGuide, GuidedConfig, LatentDynamics, PhaseModel, kmeans
+from rewind.loop.guided import (
+    DriftGuide,
+    GuidedConfig,
+    LatentDynamics,
+    PhaseModel,
+    kmeans,
+    train_dynamics,
+    train_projection,
+)
 from rewind.loop.sources import LoopRecording, SourceContext, make_source
 from rewind.monitor import MonitoredEpisode, RewindConfig
 from rewind.train.policy_api import load_policy
@@ -52,6 +60,31 @@ def test_drift_gate_and_guidance_step() -> None:
     assert torch.equal(guide(x0, 5), x0) and guide.calls == 2 and guide.guided == 1
 
 
+def _noise_and_signal(n: int = 2000) -> tuple[np.ndarray, ...]:
+    """Features with a loud unpredictable channel (std 10, redrawn every step) and a quiet one (std 1)
+    that the action moves: ``z_next[1] = z[1] + a``."""
+    rng = np.random.default_rng(0)
+    z = np.stack([rng.normal(0, 10, n), rng.normal(0, 1, n)], 1)
+    a = rng.normal(0, 1, (n, 1, 1))
+    z_next = np.stack([rng.normal(0, 10, n), z[:, 1] + a[:, 0, 0]], 1)
+    return z, a, z_next
+
+
+def test_learned_projection_finds_the_predictable_direction_and_stays_whitened() -> None:
+    z, a, z_next = _noise_and_signal()
+    phases = PhaseModel.fit(z, np.linspace(0, 1, len(z)), GuidedConfig(pca_dim=1, phases=1, prototypes=2), 0)
+    pca = phases.basis.numpy()
+    assert abs(pca[0, 0]) > 10 * abs(pca[1, 0])  # PCA keeps the loud, unpredictable channel
+    p = lambda x, w: (x - phases.mean.numpy()) @ w  # noqa: E731
+    _, pca_mse = train_dynamics(p(z, pca), a, p(z_next, pca), 400, 0)
+    w, dyn, mse = train_projection(z, a, z_next, phases.mean.numpy(), pca, 400, 0)
+    assert abs(w[1, 0]) > 5 * abs(w[0, 0])  # the learned one turns to the channel the action moves
+    assert mse < 0.5 * pca_mse
+    assert 0.7 < p(z, w).std() < 1.3  # whitened, not shrunk to make prediction trivial
+    refit = PhaseModel.fit(z, np.linspace(0, 1, len(z)), GuidedConfig(phases=1, prototypes=2), 0, basis=w)
+    assert np.allclose(refit.basis.numpy(), w) and dyn.h == 1
+
+
 def test_guided_source_labels_guided_and_uses_no_operator(tiny_run, tmp_path: Path) -> None:
     env = make_env("lift", max_steps=40)
     loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
@@ -70,7 +103,26 @@ def test_guided_source_labels_guided_and_uses_no_operator(tiny_run, tmp_path: Pa
     env.close()
 
 
+def test_guided_source_with_a_learned_latent(tiny_run, tmp_path: Path) -> None:
+    env = make_env("lift", max_steps=30)
+    loaded = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"))
+    g = GuidedConfig(rollouts=2, dynamics_steps=20, latent="learned", pca_dim=4)
+    source = make_source(RecoveryConfig(name="guided", keep="all", guided=g), "lift")
+    info = source.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path, 1))
+    assert info["latent"] == "learned" and np.isfinite(info["dynamics_mse"])
+    pca = make_source(
+        RecoveryConfig(name="guided", keep="all", guided=GuidedConfig(**{**g.__dict__, "latent": "pca"})),
+        "lift",
+    )
+    pca_info = pca.prepare(SourceContext(env, loaded, str(tiny_run["store"]), tmp_path / "pca", 1))
+    assert not torch.equal(source.models.phases.basis, pca.models.phases.basis)  # trained, not PCA
+    assert pca_info["latent"] == "pca"
+    env.close()
+
+
 def test_guided_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"recovery.guided.latent must be one of \[pca, learned\]"):
+        GuidedConfig(latent="vae")
     with pytest.raises(ConfigError, match="low_pct < high_pct"):
         GuidedConfig(low_pct=90, high_pct=30)
     with pytest.raises(ConfigError, match="recovery.guided.phases must be >= 1"):

@@ -118,6 +118,13 @@ def test_sweep_grid_and_errors() -> None:
     assert [(s.scale, s.last_k) for s in grid] == [(0, 3), (0.1, 3), (1, 3), (0.1, 5), (1, 5)]
     assert len({prep_key(s) for s in grid}) == 1
     assert grid[1].name == "policy_k3_m4_both_c0.1"
+    lat = sweep_grid([0, 0.3], latents=["pca", "learned"])
+    assert [s.name for s in lat] == [
+        "policy_k3_m4_both_c0",
+        "policy_k3_m4_both_c0.3",
+        "policy_k3_m4_both_learned_c0.3",
+    ]
+    assert len({prep_key(s) for s in lat}) == 2 and lat[2].guided(GuidedConfig()).latent == "learned"
     for args, match in (
         (([0.1, 1],), "must include 0"),
         (([0, -1],), "scales must be >= 0"),
@@ -127,6 +134,7 @@ def test_sweep_grid_and_errors() -> None:
         (([0], ["ddim"], [0]), "recovery.guided.last_k must be >= 1; got 0"),
         (([0], ["ddim"], [3], [0]), "recovery.guided.prototypes must be >= 1; got 0"),
         (([0], ["ddim"], [3], [4], ["both", "x"]), "sweep dynamics_data must be one of"),
+        (([0], ["ddim"], [3], [4], ["both"], None, ["ae"]), "sweep latents must be one of"),
     ):
         with pytest.raises(ConfigError, match=match):
             sweep_grid(*args)
