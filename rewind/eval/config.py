@@ -7,13 +7,14 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, require
+from rewind.config import CommandConfig, check_choice, check_range, require
 from rewind.envs.config import EnvConfig, perturbation_config
 from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import MonitorConfig
 from rewind.rollout.config import RolloutConfig
+from rewind.train.policy_api import SAMPLERS
 from rewind.utils.device import check_device
 
 
@@ -50,6 +51,9 @@ class EvalConfig(CommandConfig):
         num_threads: torch intra-op threads (0: torch's default).
         n_action_steps: actions executed per predicted chunk (``None``: the trained value); an
             inference-time choice, in ``[1, horizon - n_obs_steps + 1]``.
+        sampler: ``policy`` (as trained), ``ddim`` or ``ddpm`` (diffusion policies: DDPM samples with
+            every training step, 10x DDIM-10's inference cost at 100 steps); inference_steps:
+            denoising steps (``None``: the sampler's default). Inference-time choices.
         perturb: perturbation profile (Hydra group ``perturb=none|nudge|slip|push``; fields of
             ``rewind.envs.wrappers.PerturbationConfig``, all off by default).
         video: episode videos.
@@ -74,6 +78,8 @@ class EvalConfig(CommandConfig):
     device: str = "auto"
     num_threads: int = 0
     n_action_steps: int | None = None
+    sampler: str = "policy"
+    inference_steps: int | None = None
     perturb: dict[str, Any] = field(default_factory=dict)
     video: VideoConfig = field(default_factory=VideoConfig)
     store_out: str | None = None
@@ -91,6 +97,9 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
+        check_choice("sampler", self.sampler, SAMPLERS)
+        if self.inference_steps is not None:
+            check_range("inference_steps", self.inference_steps, 1)
         if self.rollout.backend == "ray":  # (rollout.workers with ray is refused by RolloutConfig)
             require(
                 not self.video.episodes,

@@ -25,7 +25,7 @@ from rewind.metrics import MetricsLogger
 from rewind.policies.base import ActionChunkPolicy
 from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
-from rewind.train.policy_api import load_policy
+from rewind.train.policy_api import denoising_steps, load_policy
 from rewind.utils.device import resolve_device
 from rewind.utils.seeding import torch_generator
 
@@ -52,7 +52,15 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         spec = store_spec_for(env)
-        loaded = load_policy(cfg.policy_path, env, cfg.env.name, device, cfg.n_action_steps)
+        loaded = load_policy(
+            cfg.policy_path,
+            env,
+            cfg.env.name,
+            device,
+            cfg.n_action_steps,
+            sampler=cfg.sampler,
+            inference_steps=cfg.inference_steps,
+        )
         policy, folder, version = loaded.policy, loaded.folder, loaded.version
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
         monitor_info: dict[str, Any] = {}
@@ -75,6 +83,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         num_envs=num_envs,
         rollout_workers=cfg.rollout.workers,
         n_action_steps=policy.n_action_steps,
+        sampler=cfg.sampler,
+        denoising_steps=denoising_steps(policy),
         perturb=asdict(profile),
         store_out=cfg.store_out,
         device=str(device),

@@ -83,7 +83,13 @@ class EvalUnitRunner:
         self._grow(1 if cfg.monitor.enabled else min(cfg.num_envs, cfg.episodes))
         self.spec = store_spec_for(self.envs[0])
         self.loaded = load_policy(
-            cfg.policy_path, self.envs[0], cfg.env.name, self.device, cfg.n_action_steps
+            cfg.policy_path,
+            self.envs[0],
+            cfg.env.name,
+            self.device,
+            cfg.n_action_steps,
+            sampler=cfg.sampler,
+            inference_steps=cfg.inference_steps,
         )
         w = self.loaded
         self.monitor, self.tracker, _ = load_monitor(cfg.monitor, w.policy, w.weights_hash, cfg.seed)

@@ -32,13 +32,12 @@ import torch
 from torch import nn
 
 from rewind.config import check_choice, check_range, require
+from rewind.train.policy_api import SAMPLERS  # ``recovery.guided.sampler``: the policy's own, DDIM, DDPM
 
 log = logging.getLogger(__name__)
 
 #: ``recovery.guided.dynamics_data``: what the latent dynamics model is trained on.
 DYNAMICS_DATA = ("both", "rollouts", "demos")
-#: ``recovery.guided.sampler``: the policy's own sampler, or DDIM / DDPM (diffusion policies).
-SAMPLERS = ("policy", "ddim", "ddpm")
 #: ``recovery.guided.latent``: the space prototypes and dynamics live in (see :class:`GuidedConfig`).
 LATENTS = ("pca", "learned")
 

@@ -21,49 +21,24 @@ than every successful one).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from rewind.config import ConfigError
 from rewind.loop.guided import DriftGuide
 from rewind.monitor.detection import auroc
 from rewind.policies.base import Obs
-from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy, make_scheduler
 from rewind.policies.obs_conditioned import GuidedChunkPolicy
-
-
-def denoising_steps(policy: GuidedChunkPolicy) -> int:
-    """Denoising (or Euler) steps one sampling of ``policy`` takes."""
-    cfg = policy.config
-    return int(cfg.inference_steps if isinstance(policy, DiffusionPolicy) else cfg.num_inference_steps)
+from rewind.train.policy_api import set_sampler
 
 
 def use_sampler(policy: GuidedChunkPolicy, sampler: str, steps: int | None) -> int:
     """Switch ``policy`` (the round's collection copy) to ``sampler`` (``policy``, ``ddim``, ``ddpm``)
-    with ``steps`` denoising steps (``None``: the sampler's default); returns the steps now used."""
-    if sampler == "policy" and steps is None:
-        return denoising_steps(policy)
-    if not isinstance(policy, DiffusionPolicy) and sampler != "policy":
-        raise ConfigError(
-            f"recovery.guided.sampler={sampler} needs a diffusion policy; got {type(policy).__name__}"
-        )
-    cfg = policy.config
-    kind = cfg.scheduler if sampler == "policy" else sampler
-    try:
-        if isinstance(policy, DiffusionPolicy):
-            new = dataclasses.replace(cfg, scheduler=kind, num_inference_steps=steps)
-        else:
-            new = dataclasses.replace(cfg, num_inference_steps=steps)
-    except ConfigError as exc:
-        raise ConfigError(f"recovery.guided.sampler={sampler}, inference_steps={steps}: {exc}") from exc
-    policy.config = new
-    if isinstance(policy, DiffusionPolicy):
-        policy.sampler = make_scheduler(new, kind)
-    return denoising_steps(policy)
+    with ``steps`` denoising steps (``None``: the sampler's default); returns the steps now used
+    (:func:`rewind.train.policy_api.set_sampler`, errors named ``recovery.guided.*``)."""
+    return set_sampler(policy, sampler, steps, key="recovery.guided.")
 
 
 def drift_auroc(scores: list[float], failed: list[bool]) -> float | None:

@@ -10,6 +10,7 @@ module only. Policy weights for an env are loaded in one way, :func:`load_policy
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rewind.config import ConfigError
+from rewind.config import ConfigError, check_choice
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import StoreSpec, store_spec_for
 from rewind.store.windows import ReplayBuffer
@@ -153,15 +154,19 @@ def load_policy(
     device: torch.device,
     n_action_steps: int | None = None,
     noise_mode: str = "fresh",
+    sampler: str = "policy",
+    inference_steps: int | None = None,
 ) -> LoadedPolicy:
     """Load the newest weights under ``policy_path`` for ``env``'s layout (eval mode), with the
-    inference-time settings ``n_action_steps`` and ``noise_mode`` applied: the one way every command
-    loads a policy."""
+    inference-time settings ``n_action_steps``, ``noise_mode`` and the sampler (:func:`set_sampler`)
+    applied: the one way every command loads a policy."""
     from rewind.policies.io import weights_hash
 
     folder = resolve_weights(policy_path)
     policy, _ = load_weights(folder, device, store_spec_for(env), env_name)
     apply_inference_settings(policy, n_action_steps, noise_mode)
+    if sampler != "policy" or inference_steps is not None:
+        set_sampler(policy, sampler, inference_steps)
     return LoadedPolicy(policy, folder, weights_version(folder), weights_hash(folder))
 
 
@@ -180,3 +185,50 @@ def apply_inference_settings(policy: ActionChunkPolicy, n_action_steps: int | No
             raise ValueError(f"{type(policy).__name__} does not sample noise; noise_mode must be 'fresh'")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+#: Samplers a policy can be switched to at inference (:func:`set_sampler`).
+SAMPLERS = ("policy", "ddim", "ddpm")
+
+
+def denoising_steps(policy: ActionChunkPolicy) -> int:
+    """Denoising (or Euler) steps one sampling of ``policy`` takes (0: a policy that does not sample)."""
+    from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy
+
+    cfg = getattr(policy, "config", None)
+    if isinstance(policy, DiffusionPolicy):
+        return int(policy.config.inference_steps)
+    return int(getattr(cfg, "num_inference_steps", 0) or 0)
+
+
+def set_sampler(policy: ActionChunkPolicy, sampler: str, steps: int | None, key: str = "") -> int:
+    """Switch ``policy`` to ``sampler`` (``policy``: its own; ``ddim`` / ``ddpm``: diffusion policies)
+    with ``steps`` denoising steps (``None``: the sampler's default: 10 for DDIM, every training step
+    for DDPM); returns the steps now used. An inference-time choice: the weights are unchanged.
+
+    Raises:
+        ConfigError: naming ``{key}sampler`` / ``{key}inference_steps``: an unknown sampler, a policy
+            that does not sample this way, or steps the sampler does not accept.
+    """
+    from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy, make_scheduler
+
+    check_choice(f"{key}sampler", sampler, SAMPLERS)
+    if sampler == "policy" and steps is None:
+        return denoising_steps(policy)
+    if not isinstance(policy, DiffusionPolicy) and sampler != "policy":
+        raise ConfigError(f"{key}sampler={sampler} needs a diffusion policy; got {type(policy).__name__}")
+    cfg = getattr(policy, "config", None)
+    if cfg is None or not hasattr(cfg, "num_inference_steps"):
+        raise ConfigError(f"{key}inference_steps: {type(policy).__name__} does not sample in steps")
+    kind = cfg.scheduler if sampler == "policy" else sampler
+    try:
+        if isinstance(policy, DiffusionPolicy):
+            new = dataclasses.replace(cfg, scheduler=kind, num_inference_steps=steps)
+        else:
+            new = dataclasses.replace(cfg, num_inference_steps=steps)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}sampler={sampler}, inference_steps={steps}: {exc}") from exc
+    policy.config = new
+    if isinstance(policy, DiffusionPolicy):
+        policy.sampler = make_scheduler(new, kind)
+    return denoising_steps(policy)

@@ -101,3 +101,18 @@ def test_execution_horizon_override(tmp_path: Path, run_dir: Path) -> None:
     assert trained["n_action_steps"] == 4  # the tiny policy's trained value
     with pytest.raises(ConfigError, match="n_action_steps must be in"):
         run_eval(_eval_config(tmp_path / "c", run_dir, n_action_steps=99))
+
+
+def test_sampler_override(tmp_path: Path, run_dir: Path) -> None:
+    """``sampler`` / ``inference_steps`` at eval switch how chunks are sampled, not the weights."""
+    trained = run_eval(_eval_config(tmp_path / "a", run_dir, episodes=2))
+    ddpm = run_eval(_eval_config(tmp_path / "b", run_dir, episodes=2, sampler="ddpm"))
+    ddim = run_eval(_eval_config(tmp_path / "c", run_dir, episodes=2, sampler="ddim", inference_steps=2))
+    assert trained["sampler"] == "policy" and ddpm["sampler"] == "ddpm"
+    assert ddpm["denoising_steps"] == 10 != trained["denoising_steps"]  # every one of 10 training steps
+    assert ddim["denoising_steps"] == 2
+    assert ddpm["policy_version"] == trained["policy_version"]
+    with pytest.raises(ConfigError, match=r"sampler must be one of \[policy, ddim, ddpm\]; got 'euler'"):
+        _eval_config(tmp_path / "d", run_dir, sampler="euler")
+    with pytest.raises(ConfigError, match="sampler=ddpm, inference_steps=5: .*num_train_timesteps"):
+        run_eval(_eval_config(tmp_path / "e", run_dir, sampler="ddpm", inference_steps=5))

@@ -15,12 +15,12 @@ from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
 from rewind.loop.episodes import CollectRules, collect_episodes
 from rewind.loop.guided import GuidedConfig
-from rewind.loop.guided_diagnostics import action_change, denoising_steps, drift_auroc, use_sampler
+from rewind.loop.guided_diagnostics import action_change, drift_auroc, use_sampler
 from rewind.loop.guided_source import GuidedSource
 from rewind.loop.guided_sweep import SweepSetting, collect_guided, prep_key, sweep_grid
 from rewind.loop.sources import SourceContext
 from rewind.monitor import MonitoredEpisode, RewindConfig
-from rewind.train.policy_api import load_policy
+from rewind.train.policy_api import denoising_steps, load_policy
 
 SMALL = {"rollouts": 2, "dynamics_steps": 20}
 
