@@ -40,6 +40,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "baseline",
     ),
     "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
+    "ddpm": (
+        "sample chunks with DDPM (all 100 training steps) instead of DDIM-10 (eval sampler)",
+        [],
+        ["sampler=ddpm"],
+        "baseline",
+    ),
+    "ddpm_act4": (
+        "DDPM-100, executing 4 actions per chunk",
+        [],
+        ["sampler=ddpm", "n_action_steps=4"],
+        "baseline",
+    ),
     "batch64": (
         "batch 64 instead of 256: more updates per minute of training",
         ["train.batch_size=64"],
