@@ -3,8 +3,8 @@ are drawn (``rewind-eval sampler=... inference_steps=...``), nothing retrained.
 
 Each (policy, sampler) is one ``rewind-eval`` run into ``ROOT/<policy>/<sampler>/`` (an existing
 ``summary.json`` is read, not rerun, so an interrupted driver resumes). A sampler is ``policy`` (as
-trained), ``ddpm`` (every training step) or ``ddim:N`` (DDIM with N steps); ``@A`` executes A actions
-per chunk (``ddpm@4``).
+trained), ``ddpm`` (every training step) or ``ddim:N[:ETA]`` (DDIM with N steps and ``eta``, default 0:
+deterministic; 1: DDPM-like noise at every step); ``@A`` executes A actions per chunk (``ddpm@4``).
 
     MUJOCO_GL=osmesa .venv/bin/python bench/sampler_eval.py --task pick_place \\
         --policy base_s0=runs/issue13/guided03_s0/round_00/train \\
@@ -28,24 +28,29 @@ log = logging.getLogger("sampler_eval")
 
 
 def sampler_overrides(spec: str) -> list[str]:
-    """``rewind-eval`` overrides of a sampler spec (``policy``, ``ddpm``, ``ddim:N``, each ``@A``)."""
+    """``rewind-eval`` overrides of a sampler spec: ``policy``, ``ddpm`` or ``ddim:N[:ETA]``, each
+    optionally ``@A`` (A actions executed per chunk)."""
     name, _, act = spec.partition("@")
-    kind, _, steps = name.partition(":")
-    if (
-        kind not in ("policy", "ddim", "ddpm")
-        or (steps and not steps.isdigit())
-        or (act and not act.isdigit())
-    ):
+    kind, *rest = name.split(":")
+    steps, eta = (rest + ["", ""])[:2]
+    ok = kind in ("policy", "ddim", "ddpm") and len(rest) <= (2 if kind == "ddim" else 0)
+    ok = ok and (not steps or steps.isdigit()) and (not act or act.isdigit())
+    try:
+        ok = ok and (not eta or 0.0 <= float(eta) <= 1.0)
+    except ValueError:
+        ok = False
+    if not ok:
         raise SystemExit(
-            f"sampler_eval: bad sampler {spec!r}: expected policy | ddpm | ddim:N, optionally @A"
+            f"sampler_eval: bad sampler {spec!r}: expected policy | ddpm | ddim:N[:ETA], optionally @A"
         )
     out = [f"sampler={kind}"] + ([f"inference_steps={steps}"] if steps else [])
+    out += [f"ddim_eta={eta}"] if eta else []
     return out + ([f"n_action_steps={act}"] if act else [])
 
 
 def evaluate(name: str, path: str, spec: str, a: argparse.Namespace) -> dict[str, Any]:
     """One ``rewind-eval`` of ``path`` under ``spec``; its result row."""
-    folder = Path(a.root) / a.task / name / spec.replace(":", "").replace("@", "_act")
+    folder = Path(a.root) / a.task / name / spec.replace(":", "_").replace("@", "_act")
     cmd = [
         rewind_bin("rewind-eval"),
         f"policy_path={path}",
@@ -66,6 +71,7 @@ def evaluate(name: str, path: str, spec: str, a: argparse.Namespace) -> dict[str
         "policy_version": ev["policy_version"],
         "sampler": spec,
         "denoising_steps": ev.get("denoising_steps"),
+        "ddim_eta": ev.get("ddim_eta"),
         "n_action_steps": ev["n_action_steps"],
         "success": ev["success_rate"],
         "ci95": ev["success_ci95"],

@@ -23,6 +23,8 @@ class DiffusionConfig(UNetPolicyConfig):
             and ``num_train_timesteps`` for DDPM; DDPM always uses every training step, so an
             explicit value for DDPM must equal ``num_train_timesteps``.
         scheduler: ``ddim`` (fast, deterministic given the initial noise) or ``ddpm``.
+        ddim_eta: DDIM's ``eta``: 0 (the default) samples deterministically from the initial noise;
+            1 adds DDPM-like noise at every step (an inference-time choice; ``scheduler=ddim`` only).
         prediction_type: ``epsilon`` (predict the noise) or ``sample`` (predict the clean chunk).
         beta_schedule: a diffusers beta schedule name (``squaredcos_cap_v2`` = cosine).
         beta_start: first beta of ``linear``/``scaled_linear`` schedules.
@@ -34,6 +36,7 @@ class DiffusionConfig(UNetPolicyConfig):
     num_train_timesteps: int = 100
     num_inference_steps: int | None = None
     scheduler: str = "ddim"
+    ddim_eta: float = 0.0
     prediction_type: str = "epsilon"
     beta_schedule: str = "squaredcos_cap_v2"
     beta_start: float = 0.0001
@@ -45,6 +48,11 @@ class DiffusionConfig(UNetPolicyConfig):
         super().__post_init__()
         check_range("num_train_timesteps", self.num_train_timesteps, 2)
         check_choice("scheduler", self.scheduler, ["ddim", "ddpm"])
+        check_range("ddim_eta", self.ddim_eta, 0.0, 1.0)
+        require(
+            self.ddim_eta == 0 or self.scheduler == "ddim",
+            f"ddim_eta applies to scheduler ddim; got ddim_eta={self.ddim_eta} with {self.scheduler}",
+        )
         check_choice("prediction_type", self.prediction_type, ["epsilon", "sample"])
         check_choice("beta_schedule", self.beta_schedule, ["squaredcos_cap_v2", "linear", "scaled_linear"])
         if self.num_inference_steps is not None:

@@ -92,11 +92,14 @@ class DiffusionPolicy(GuidedChunkPolicy):
         sched.set_timesteps(self.config.inference_steps)
         x = self.initial_noise(cond.shape[0], generator)
         timesteps = sched.timesteps
+        extra = (
+            {"eta": self.config.ddim_eta} if isinstance(sched, DDIMScheduler) and self.config.ddim_eta else {}
+        )
         for i, t in enumerate(timesteps):
             out = self.unet(x, t.to(x.device).expand(x.shape[0]), cond)
             if guidance is not None and i >= len(timesteps) - last_k:
                 out = self._guide(out, x, int(t), guidance)
-            x = sched.step(out, t, x, generator=step_generators(generator, x.shape[0])).prev_sample
+            x = sched.step(out, t, x, generator=step_generators(generator, x.shape[0]), **extra).prev_sample
         return x
 
     def _guide(self, out: torch.Tensor, x_t: torch.Tensor, t: int, guidance: GuidanceFn) -> torch.Tensor:

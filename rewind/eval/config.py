@@ -53,7 +53,8 @@ class EvalConfig(CommandConfig):
             inference-time choice, in ``[1, horizon - n_obs_steps + 1]``.
         sampler: ``policy`` (as trained), ``ddim`` or ``ddpm`` (diffusion policies: DDPM samples with
             every training step, 10x DDIM-10's inference cost at 100 steps); inference_steps:
-            denoising steps (``None``: the sampler's default). Inference-time choices.
+            denoising steps (``None``: the sampler's default); ddim_eta: DDIM's ``eta`` (``None``: as
+            trained; 1: DDPM-like noise at every step). Inference-time choices.
         perturb: perturbation profile (Hydra group ``perturb=none|nudge|slip|push``; fields of
             ``rewind.envs.wrappers.PerturbationConfig``, all off by default).
         video: episode videos.
@@ -80,6 +81,7 @@ class EvalConfig(CommandConfig):
     n_action_steps: int | None = None
     sampler: str = "policy"
     inference_steps: int | None = None
+    ddim_eta: float | None = None
     perturb: dict[str, Any] = field(default_factory=dict)
     video: VideoConfig = field(default_factory=VideoConfig)
     store_out: str | None = None

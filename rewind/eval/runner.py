@@ -60,6 +60,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             cfg.n_action_steps,
             sampler=cfg.sampler,
             inference_steps=cfg.inference_steps,
+            ddim_eta=cfg.ddim_eta,
         )
         policy, folder, version = loaded.policy, loaded.folder, loaded.version
         log.info("evaluating %s (%s) on %s: %d episodes", folder, version, cfg.env.name, cfg.episodes)
@@ -85,6 +86,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         n_action_steps=policy.n_action_steps,
         sampler=cfg.sampler,
         denoising_steps=denoising_steps(policy),
+        ddim_eta=getattr(policy.config, "ddim_eta", None),
         perturb=asdict(profile),
         store_out=cfg.store_out,
         device=str(device),

@@ -90,6 +90,7 @@ class EvalUnitRunner:
             cfg.n_action_steps,
             sampler=cfg.sampler,
             inference_steps=cfg.inference_steps,
+            ddim_eta=cfg.ddim_eta,
         )
         w = self.loaded
         self.monitor, self.tracker, _ = load_monitor(cfg.monitor, w.policy, w.weights_hash, cfg.seed)

@@ -156,6 +156,7 @@ def load_policy(
     noise_mode: str = "fresh",
     sampler: str = "policy",
     inference_steps: int | None = None,
+    ddim_eta: float | None = None,
 ) -> LoadedPolicy:
     """Load the newest weights under ``policy_path`` for ``env``'s layout (eval mode), with the
     inference-time settings ``n_action_steps``, ``noise_mode`` and the sampler (:func:`set_sampler`)
@@ -165,8 +166,8 @@ def load_policy(
     folder = resolve_weights(policy_path)
     policy, _ = load_weights(folder, device, store_spec_for(env), env_name)
     apply_inference_settings(policy, n_action_steps, noise_mode)
-    if sampler != "policy" or inference_steps is not None:
-        set_sampler(policy, sampler, inference_steps)
+    if sampler != "policy" or inference_steps is not None or ddim_eta is not None:
+        set_sampler(policy, sampler, inference_steps, eta=ddim_eta)
     return LoadedPolicy(policy, folder, weights_version(folder), weights_hash(folder))
 
 
@@ -201,10 +202,13 @@ def denoising_steps(policy: ActionChunkPolicy) -> int:
     return int(getattr(cfg, "num_inference_steps", 0) or 0)
 
 
-def set_sampler(policy: ActionChunkPolicy, sampler: str, steps: int | None, key: str = "") -> int:
+def set_sampler(
+    policy: ActionChunkPolicy, sampler: str, steps: int | None, key: str = "", eta: float | None = None
+) -> int:
     """Switch ``policy`` to ``sampler`` (``policy``: its own; ``ddim`` / ``ddpm``: diffusion policies)
     with ``steps`` denoising steps (``None``: the sampler's default: 10 for DDIM, every training step
-    for DDPM); returns the steps now used. An inference-time choice: the weights are unchanged.
+    for DDPM) and DDIM's ``eta`` (``None``: keep; DDPM: 0); returns the steps now used. An
+    inference-time choice: the weights are unchanged.
 
     Raises:
         ConfigError: naming ``{key}sampler`` / ``{key}inference_steps``: an unknown sampler, a policy
@@ -213,21 +217,28 @@ def set_sampler(policy: ActionChunkPolicy, sampler: str, steps: int | None, key:
     from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy, make_scheduler
 
     check_choice(f"{key}sampler", sampler, SAMPLERS)
-    if sampler == "policy" and steps is None:
+    if sampler == "policy" and steps is None and eta is None:
         return denoising_steps(policy)
-    if not isinstance(policy, DiffusionPolicy) and sampler != "policy":
-        raise ConfigError(f"{key}sampler={sampler} needs a diffusion policy; got {type(policy).__name__}")
+    if not isinstance(policy, DiffusionPolicy) and (sampler != "policy" or eta is not None):
+        what = f"sampler={sampler}" if sampler != "policy" else "ddim_eta"
+        raise ConfigError(f"{key}{what} needs a diffusion policy; got {type(policy).__name__}")
     cfg = getattr(policy, "config", None)
     if cfg is None or not hasattr(cfg, "num_inference_steps"):
         raise ConfigError(f"{key}inference_steps: {type(policy).__name__} does not sample in steps")
     kind = cfg.scheduler if sampler == "policy" else sampler
     try:
         if isinstance(policy, DiffusionPolicy):
-            new = dataclasses.replace(cfg, scheduler=kind, num_inference_steps=steps)
+            keep = cfg.ddim_eta if kind == "ddim" else 0.0
+            new = dataclasses.replace(
+                cfg, scheduler=kind, num_inference_steps=steps, ddim_eta=keep if eta is None else eta
+            )
         else:
             new = dataclasses.replace(cfg, num_inference_steps=steps)
     except ConfigError as exc:
-        raise ConfigError(f"{key}sampler={sampler}, inference_steps={steps}: {exc}") from exc
+        what = f"{key}sampler={sampler}, inference_steps={steps}" + (
+            "" if eta is None else f", ddim_eta={eta}"
+        )
+        raise ConfigError(f"{what}: {exc}") from exc
     policy.config = new
     if isinstance(policy, DiffusionPolicy):
         policy.sampler = make_scheduler(new, kind)

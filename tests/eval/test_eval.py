@@ -116,3 +116,28 @@ def test_sampler_override(tmp_path: Path, run_dir: Path) -> None:
         _eval_config(tmp_path / "d", run_dir, sampler="euler")
     with pytest.raises(ConfigError, match="sampler=ddpm, inference_steps=5: .*num_train_timesteps"):
         run_eval(_eval_config(tmp_path / "e", run_dir, sampler="ddpm", inference_steps=5))
+    with pytest.raises(ConfigError, match="ddim_eta=0.5: ddim_eta applies to scheduler ddim"):
+        run_eval(_eval_config(tmp_path / "f", run_dir, sampler="ddpm", ddim_eta=0.5))
+
+
+def test_ddim_eta_adds_noise_per_step(tiny_run: dict[str, Path]) -> None:
+    """eta 0: a chunk is a function of the initial noise; eta 1: the same initial noise, other step
+    noise, another chunk; the same generator state gives the same chunk either way."""
+    import torch
+
+    from rewind.envs.registry import make_env
+    from rewind.train.policy_api import load_policy
+
+    env = make_env("lift", max_steps=20)
+    obs, _ = env.reset(seed=0)
+    chunks = {}
+    for eta in (0.0, 1.0):
+        policy = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"), ddim_eta=eta).policy
+        assert policy.config.ddim_eta == eta
+        to = policy.n_obs_steps
+        batch = {k: torch.as_tensor(v).float().expand(1, to, *v.shape).clone() for k, v in obs.items()}
+        draw = [policy.predict_chunk(batch, generator=torch.Generator().manual_seed(s)) for s in (1, 1)]
+        assert torch.equal(draw[0], draw[1])
+        chunks[eta] = draw[0]
+    assert not torch.allclose(chunks[0.0], chunks[1.0])
+    env.close()
