@@ -46,6 +46,12 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         ["sampler=ddpm"],
         "baseline",
     ),
+    "ddim_eta1": (
+        "DDIM-10 with eta 1 (noise at every step, as DDPM) instead of eta 0 (eval ddim_eta)",
+        [],
+        ["ddim_eta=1.0"],
+        "baseline",
+    ),
     "ddpm_act4": (
         "DDPM-100, executing 4 actions per chunk",
         [],
