@@ -84,6 +84,8 @@ OVERRIDES: dict[tuple[str, str], str] = {
     ("recovery/retry.yaml", "keep"): "only successful retries are data",
     ("recovery/guided.yaml", "keep"): "only successful guided episodes are data",
     ("policy/diffusion.yaml", "num_inference_steps"): "null resolves to 10 for ddim; the YAML states it",
+    ("policy/diffusion.yaml", "ddim_eta"): "new trainings sample with eta 1; weights saved before the "
+    "field existed load with the schema's 0, as they were trained",
 }
 
 

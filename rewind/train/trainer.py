@@ -62,6 +62,16 @@ RESUMABLE_CHANGES = (
     "dist_backend",
 )
 RESUMABLE_TRAIN_CHANGES = ("steps", "save_every", "val_every", "log_every")
+#: Policy fields that only say how chunks are sampled at inference (training never reads them).
+RESUMABLE_POLICY_CHANGES = ("ddim_eta",)
+
+
+def _without_inference_fields(sig: dict[str, Any]) -> dict[str, Any]:
+    """``sig`` without :data:`RESUMABLE_POLICY_CHANGES` (saved signatures may or may not hold them)."""
+    policy = sig.get("policy")
+    if not isinstance(policy, dict):
+        return sig
+    return {**sig, "policy": {k: v for k, v in policy.items() if k not in RESUMABLE_POLICY_CHANGES}}
 
 
 class TrainingDivergedError(ConfigError):
@@ -76,6 +86,7 @@ def resume_signature(cfg: TrainConfig) -> dict[str, Any]:
     sig["train"] = {k: v for k, v in full["train"].items() if k not in RESUMABLE_TRAIN_CHANGES}
     # the resolved policy config (defaults filled in), so YAML-listed and omitted defaults compare equal
     sig["policy"] = {"name": cfg.policy_name, **dataclasses.asdict(policy_config(cfg.policy))}
+    sig = _without_inference_fields(sig)
     # options added later are left out at their defaults, so runs saved before them still resume
     if cfg.init.from_weights is None:
         sig.pop("init")
@@ -168,12 +179,14 @@ class Trainer:
         if not isinstance(saved, dict):
             folder = self.out_dir / STATE_DIR / step_name(int(meta["step"]))
             raise TrainingStateError(f"{folder / STATE_FILE}: 'resume_signature' is missing or not an object")
-        changed = changed_keys(with_renamed_keys(saved), as_json(resume_signature(self.cfg)))
+        changed = changed_keys(
+            _without_inference_fields(with_renamed_keys(saved)), as_json(resume_signature(self.cfg))
+        )
         if changed:
             raise ConfigError(
                 f"resume: config differs from the saved run in {', '.join(changed)} "
-                f"(only {', '.join(RESUMABLE_CHANGES)} and train.{{{', '.join(RESUMABLE_TRAIN_CHANGES)}}} "
-                "may change)"
+                f"(only {', '.join(RESUMABLE_CHANGES)}, train.{{{', '.join(RESUMABLE_TRAIN_CHANGES)}}} "
+                f"and policy.{{{', '.join(RESUMABLE_POLICY_CHANGES)}}} may change)"
             )
         load_training_state(self.out_dir, self.training_state())
         self.step = int(meta["step"])

@@ -72,6 +72,15 @@ def test_resume_refuses_a_changed_config_and_fresh_runs_refuse_to_overwrite(
         run_train(train_config(run, store, train={**short, "lr": 3e-4}, resume=True))
     summary = run_train(train_config(run, store, train={**short, "steps": 12}, resume=True))
     assert summary["steps"] == 12  # train.steps may grow on resume
+    # how chunks are sampled at inference may change (training never reads it); the architecture may not
+    for change, steps in (({"ddim_eta": 0.5}, 14), ({"horizon": 16}, 16)):
+        cfg = train_config(run, store, train={**short, "steps": steps}, resume=True)
+        cfg.policy.update(change)
+        if "horizon" in change:
+            with pytest.raises(ConfigError, match="config differs from the saved run in policy.horizon"):
+                run_train(cfg)
+        else:
+            assert run_train(cfg)["steps"] == steps
 
 
 def test_resume_without_saved_state_starts_fresh(tmp_path: Path, store: Path) -> None:
