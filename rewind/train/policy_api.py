@@ -206,8 +206,9 @@ def set_sampler(
     policy: ActionChunkPolicy, sampler: str, steps: int | None, key: str = "", eta: float | None = None
 ) -> int:
     """Switch ``policy`` to ``sampler`` (``policy``: its own; ``ddim`` / ``ddpm``: diffusion policies)
-    with ``steps`` denoising steps (``None``: the sampler's default: 10 for DDIM, every training step
-    for DDPM) and DDIM's ``eta`` (``None``: keep; DDPM: 0); returns the steps now used. An
+    with ``steps`` denoising steps (``None``: the policy's own for ``policy``, else the sampler's
+    default: 10 for DDIM, every training step for DDPM) and DDIM's ``eta`` (``None``: keep; DDPM: 0);
+    returns the steps now used. An
     inference-time choice: the weights are unchanged.
 
     Raises:
@@ -226,6 +227,8 @@ def set_sampler(
     if cfg is None or not hasattr(cfg, "num_inference_steps"):
         raise ConfigError(f"{key}inference_steps: {type(policy).__name__} does not sample in steps")
     kind = cfg.scheduler if sampler == "policy" else sampler
+    if steps is None and sampler == "policy":
+        steps = cfg.num_inference_steps  # only eta changes: keep the policy's own steps
     try:
         if isinstance(policy, DiffusionPolicy):
             keep = cfg.ddim_eta if kind == "ddim" else 0.0

@@ -126,7 +126,7 @@ def test_ddim_eta_adds_noise_per_step(tiny_run: dict[str, Path]) -> None:
     import torch
 
     from rewind.envs.registry import make_env
-    from rewind.train.policy_api import load_policy
+    from rewind.train.policy_api import denoising_steps, load_policy, set_sampler
 
     env = make_env("lift", max_steps=20)
     obs, _ = env.reset(seed=0)
@@ -140,4 +140,7 @@ def test_ddim_eta_adds_noise_per_step(tiny_run: dict[str, Path]) -> None:
         assert torch.equal(draw[0], draw[1])
         chunks[eta] = draw[0]
     assert not torch.allclose(chunks[0.0], chunks[1.0])
+    policy = load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu"), inference_steps=3).policy
+    set_sampler(policy, "policy", None, eta=1.0)  # only eta changes: the steps stay the policy's
+    assert denoising_steps(policy) == 3 and policy.config.ddim_eta == 1.0
     env.close()
