@@ -3,10 +3,11 @@ setting, from one base policy, on the same env seeds, with no fine-tuning.
 
 A setting (:class:`SweepSetting`) is what the sweep varies: the guidance ``scale`` (0 = plain rollouts,
 the control), the ``sampler``, the number of guided denoising steps ``last_k``, the ``prototypes`` per
-phase, the dynamics model's data and the ``latent`` (PCA or a learned projection). :func:`sweep_grid` checks a grid and expands it;
-:func:`collect_guided` runs one setting exactly as a ``recovery=guided`` round collects (the same source,
-episodes and summary), without a store. Settings that share the sampler, the prototypes and the
-dynamics data and latent share the prepared models (:func:`prep_key`), so the plain rollouts they need run once.
+phase, the dynamics model's data and the ``latent`` (PCA or a learned projection). :func:`sweep_grid`
+checks a grid and expands it; :func:`collect_guided` runs one setting exactly as a ``recovery=guided``
+round collects (the same source, episodes and summary), without a store. Settings that share the
+sampler, the prototypes, the dynamics data and the latent share the prepared models (:func:`prep_key`),
+so the plain rollouts they need run once.
 """
 
 from __future__ import annotations
