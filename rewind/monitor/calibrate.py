@@ -33,7 +33,7 @@ from rewind.monitor.scores import FailureScore
 from rewind.rollout.config import RolloutConfig, require_local
 from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
-from rewind.train.policy_api import LoadedPolicy, load_policy
+from rewind.train.policy_api import LoadedPolicy, load_policy, sampler_tag
 from rewind.utils.device import check_device, resolve_device
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class CalibrationRollouts:
 
     def fit(self, alpha: float, band: bool, env_name: str) -> Calibration:
         """Split conformal calibration of the successful traces at ``alpha`` (``band``: time-varying),
-        recording the score's settings, the env and the policy's ``n_action_steps``. Raises
+        recording the score's settings, the env, the policy's ``n_action_steps`` and sampler. Raises
         :class:`~rewind.monitor.conformal.CalibrationError` with too few successes for ``alpha``."""
         return calibrate(
             self.successful_traces,
@@ -179,6 +179,7 @@ class CalibrationRollouts:
             score_params=self.score.params(),
             env=env_name,
             n_action_steps=self.loaded.policy.n_action_steps,
+            sampler=sampler_tag(self.loaded.policy),
         )
 
 

@@ -110,6 +110,8 @@ class Calibration:
         weights_hash: sha256 of the policy weights file it was made for.
         score_params: the score's settings (``num_samples``...).
         env: task name; n_action_steps: the executed actions per chunk it was made with.
+        sampler: how the policy sampled chunks (``rewind.train.policy_api.sampler_tag``; ``""``: not
+            recorded, calibrations made before 2026-12-05).
         scores: the calibration statistics (per-episode maxima), for plots and audits.
     """
 
@@ -122,6 +124,7 @@ class Calibration:
     score_params: dict[str, Any] = field(default_factory=dict)
     env: str = ""
     n_action_steps: int = 0
+    sampler: str = ""
     scores: list[float] = field(default_factory=list)
     created: float = field(default_factory=time.time)
 

@@ -32,6 +32,7 @@ from rewind.monitor.episode import Monitor
 from rewind.monitor.scores import SCORES, FailureScore, make_score
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
+from rewind.train.policy_api import sampler_tag
 
 REFERENCE_FILE = "reference_features.safetensors"
 
@@ -200,6 +201,11 @@ def load_monitor(
         raise CalibrationError(
             f"{folder}: calibrated with n_action_steps={cal.n_action_steps}, but the policy "
             f"executes {policy.n_action_steps}: use the same setting or recalibrate"
+        )
+    if cal.sampler and cal.sampler != sampler_tag(policy):
+        raise CalibrationError(
+            f"{folder}: calibrated with the policy sampling {cal.sampler}, but it samples "
+            f"{sampler_tag(policy)} now: use the same sampler (sampler / inference_steps / ddim_eta) or recalibrate"
         )
     score = build_score(cfg.score, cal.score_params, load_reference(folder))
     tracker = None

@@ -246,3 +246,14 @@ def set_sampler(
     if isinstance(policy, DiffusionPolicy):
         policy.sampler = make_scheduler(new, kind)
     return denoising_steps(policy)
+
+
+def sampler_tag(policy: ActionChunkPolicy) -> str:
+    """How ``policy`` samples chunks now, e.g. ``ddim:10:eta=1`` (``""``: a policy that does not
+    sample in steps); what a calibration records and checks (:mod:`rewind.monitor.factory`)."""
+    cfg = getattr(policy, "config", None)
+    if not hasattr(cfg, "num_inference_steps"):
+        return ""
+    kind = getattr(cfg, "scheduler", type(policy).__name__.lower())
+    eta = getattr(cfg, "ddim_eta", None)
+    return f"{kind}:{denoising_steps(policy)}" + ("" if eta is None else f":eta={eta:g}")

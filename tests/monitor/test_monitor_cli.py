@@ -56,6 +56,21 @@ def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tiny_monitor, tmp_p
     with ReplayStore.open(store) as st:
         infos = st.episodes()
         assert len(infos) == 2 and infos[0].extra["rewinds"] == 2
+    # a calibration records how the policy sampled; evaluating with another sampler is refused
+    import torch
+
+    from rewind.train.policy_api import load_policy, sampler_tag
+
+    env = make_env("lift")
+    tag = sampler_tag(load_policy(str(tiny_run["train"]), env, "lift", torch.device("cpu")).policy)
+    env.close()
+    cal = Calibration.load(cal_dir)
+    cal.sampler = tag
+    cal.save(cal_dir)
+    assert tag.startswith("ddim:") and tag.endswith(":eta=0")
+    assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev_same'}"]) == 0
+    assert run_cli(eval_main, [*args, "ddim_eta=1.0", f"out_dir={tmp_path / 'ev_eta'}"]) == 2
+    assert f"calibrated with the policy sampling {tag}" in capsys.readouterr().err
     Calibration("tide", 0.5, 1, 1e-12, "0" * 64).save(cal_dir)  # made for other weights
     assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev2'}"]) == 2
     assert "recalibrate" in capsys.readouterr().err
