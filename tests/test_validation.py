@@ -79,3 +79,18 @@ def test_helpers_and_library_configs_raise_config_errors() -> None:
         DiffusionConfig(scheduler="euler")
     with pytest.raises(ConfigError, match=r"^nudge_prob must be in \[0, 1\]; got 2"):  # the wrappers' config
         PerturbationConfig(nudge_prob=2.0)
+
+
+@pytest.mark.parametrize("schema", [EvalConfig, CalibrateConfig, MonitorEvalConfig], ids=lambda c: c.__name__)
+def test_every_sampler_option_has_the_same_check(schema: type) -> None:
+    """The commands that load a policy for rollouts switch its sampler the same way (docs/policies.md)."""
+    node = {"out_dir": "o", **SCHEMAS[schema]}
+    cfg = to_dataclass({**node, "sampler": "ddim", "inference_steps": 20, "ddim_eta": 1.0}, schema)
+    assert (cfg.sampler, cfg.inference_steps, cfg.ddim_eta) == ("ddim", 20, 1.0)
+    for bad, match in (
+        ({"sampler": "euler"}, r"^sampler must be one of \[policy, ddim, ddpm\]; got 'euler'$"),
+        ({"inference_steps": 0}, r"^inference_steps must be >= 1; got 0$"),
+        ({"ddim_eta": 1.5}, r"^ddim_eta must be in \[0, 1\]; got 1.5$"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            to_dataclass({**node, **bad}, schema)

@@ -7,14 +7,14 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, check_choice, check_range, require
+from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig, perturbation_config
 from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
 from rewind.monitor.episode import RewindConfig
 from rewind.monitor.factory import MonitorConfig
 from rewind.rollout.config import RolloutConfig
-from rewind.train.policy_api import SAMPLERS
+from rewind.train.policy_api import check_sampler_settings
 from rewind.utils.device import check_device
 
 
@@ -99,9 +99,7 @@ class EvalConfig(CommandConfig):
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")
-        check_choice("sampler", self.sampler, SAMPLERS)
-        if self.inference_steps is not None:
-            check_range("inference_steps", self.inference_steps, 1)
+        check_sampler_settings(self.sampler, self.inference_steps, self.ddim_eta)
         if self.rollout.backend == "ray":  # (rollout.workers with ray is refused by RolloutConfig)
             require(
                 not self.video.episodes,

@@ -33,7 +33,7 @@ from rewind.monitor.scores import FailureScore
 from rewind.rollout.config import RolloutConfig, require_local
 from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
-from rewind.train.policy_api import LoadedPolicy, load_policy, sampler_tag
+from rewind.train.policy_api import LoadedPolicy, check_sampler_settings, load_policy, sampler_tag
 from rewind.utils.device import check_device, resolve_device
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ class CalibrateConfig(CommandConfig):
         episodes: calibration rollouts (only the successful ones calibrate).
         seed: env seed of the first calibration rollout (keep it apart from evaluation seeds).
         n_action_steps: executed actions per chunk (``None``: as trained); must match evaluation.
+        sampler / inference_steps / ddim_eta: how chunks are sampled (as for ``rewind-eval``; ``policy``
+            / ``None``: as trained); recorded, and must match evaluation.
         device / num_threads / progress: as for ``rewind-eval``.
         rollout: how the rollouts run: ``rollout.batch_size`` episodes in lockstep (the same results
             for any size), ``rollout.inference_rows``, ``rollout.workers`` (``docs/rollouts.md``).
@@ -65,6 +67,9 @@ class CalibrateConfig(CommandConfig):
     episodes: int = 50
     seed: int = 20000
     n_action_steps: int | None = None
+    sampler: str = "policy"
+    inference_steps: int | None = None
+    ddim_eta: float | None = None
     device: str = "auto"
     num_threads: int = 1
     progress: bool = True
@@ -79,6 +84,7 @@ class CalibrateConfig(CommandConfig):
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         check_device(self.device)
         require_local(self.rollout, "rewind-calibrate")
+        check_sampler_settings(self.sampler, self.inference_steps, self.ddim_eta)
 
 
 def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal: Any) -> None:
@@ -198,7 +204,14 @@ def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
     env = factory()
     try:
         loaded = load_policy(
-            cfg.policy_path, env, cfg.env.name, resolve_device(cfg.device), cfg.n_action_steps
+            cfg.policy_path,
+            env,
+            cfg.env.name,
+            resolve_device(cfg.device),
+            cfg.n_action_steps,
+            sampler=cfg.sampler,
+            inference_steps=cfg.inference_steps,
+            ddim_eta=cfg.ddim_eta,
         )
         batch = min(cfg.rollout.batch_size, cfg.episodes)
         with open_envs(factory, batch, cfg.rollout, first=env) as envs:

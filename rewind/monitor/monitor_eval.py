@@ -39,7 +39,7 @@ from rewind.monitor.scores import SCORES
 from rewind.rollout.config import RolloutConfig, require_local
 from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
-from rewind.train.policy_api import LoadedPolicy, load_policy
+from rewind.train.policy_api import LoadedPolicy, check_sampler_settings, load_policy
 from rewind.utils.device import check_device, resolve_device
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,8 @@ class MonitorEvalConfig(CommandConfig):
     """Schema of ``rewind-monitor-eval``.
 
     Attributes:
-        policy_path / env / n_action_steps / noise_mode / device / num_threads: as for ``rewind-eval``.
+        policy_path / env / n_action_steps / noise_mode / sampler / inference_steps / ddim_eta / device /
+            num_threads: as for ``rewind-eval``.
         data_path: the demo store (reference features of ``embedding_ood``).
         detectors: scores to compare.
         monitor: shared score settings (``alpha``, ``num_samples``, ``knn``).
@@ -76,6 +77,9 @@ class MonitorEvalConfig(CommandConfig):
     operator_budget: int = 300
     bands: bool = True
     n_action_steps: int | None = None
+    sampler: str = "policy"
+    inference_steps: int | None = None
+    ddim_eta: float | None = None
     noise_mode: str = "fresh"
     device: str = "auto"
     num_threads: int = 1
@@ -90,6 +94,7 @@ class MonitorEvalConfig(CommandConfig):
         require(self.cal_episodes >= 1 and self.episodes >= 1, "cal_episodes and episodes must be >= 1")
         check_device(self.device)
         require_local(self.rollout, "rewind-monitor-eval")
+        check_sampler_settings(self.sampler, self.inference_steps, self.ddim_eta)
         for c in self.conditions:
             load_profile(c)
 
@@ -165,7 +170,17 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
     out = Path(cfg.out_dir)
     device = resolve_device(cfg.device)
     env0 = build_env(cfg.env)
-    loaded = load_policy(cfg.policy_path, env0, cfg.env.name, device, cfg.n_action_steps, cfg.noise_mode)
+    loaded = load_policy(
+        cfg.policy_path,
+        env0,
+        cfg.env.name,
+        device,
+        cfg.n_action_steps,
+        cfg.noise_mode,
+        sampler=cfg.sampler,
+        inference_steps=cfg.inference_steps,
+        ddim_eta=cfg.ddim_eta,
+    )
     env0.close()
     reference = None
     if "embedding_ood" in cfg.detectors:

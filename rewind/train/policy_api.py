@@ -192,6 +192,16 @@ def apply_inference_settings(policy: ActionChunkPolicy, n_action_steps: int | No
 SAMPLERS = ("policy", "ddim", "ddpm")
 
 
+def check_sampler_settings(sampler: str, inference_steps: int | None, ddim_eta: float | None) -> None:
+    """The ``sampler`` / ``inference_steps`` / ``ddim_eta`` fields of a command config (one-line
+    :class:`ConfigError` naming the field); whether the policy accepts them is checked at load."""
+    check_choice("sampler", sampler, SAMPLERS)
+    if inference_steps is not None and inference_steps < 1:
+        raise ConfigError(f"inference_steps must be >= 1; got {inference_steps}")
+    if ddim_eta is not None and not 0.0 <= ddim_eta <= 1.0:
+        raise ConfigError(f"ddim_eta must be in [0, 1]; got {ddim_eta}")
+
+
 def denoising_steps(policy: ActionChunkPolicy) -> int:
     """Denoising (or Euler) steps one sampling of ``policy`` takes (0: a policy that does not sample)."""
     from rewind.policies.diffusion.modeling_diffusion import DiffusionPolicy

@@ -130,3 +130,23 @@ def test_point_of_no_return_with_the_real_operator(tiny_monitor) -> None:
     rec = ScoredEpisode(2, False, 24, {}, snaps)
     assert point_of_no_return(ep, make_operator("lift"), rec, budget=200) == 12
     env.close()
+
+
+def test_calibration_rollouts_use_the_sampler_asked_for(tiny_run, tmp_path) -> None:
+    from rewind.config import to_dataclass
+    from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
+    from rewind.train.policy_api import sampler_tag
+
+    node = {
+        "out_dir": str(tmp_path / "cal"),
+        "policy_path": str(tiny_run["train"]),
+        "data_path": str(tiny_run["store"]),
+        "env": {"name": "lift", "max_steps": 10},
+        "episodes": 1,
+        "device": "cpu",
+        "progress": False,
+    }
+    plain = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
+    eta = run_calibration_rollouts(to_dataclass({**node, "ddim_eta": 1.0}, CalibrateConfig))
+    assert sampler_tag(plain.loaded.policy).endswith(":eta=0")
+    assert sampler_tag(eta.loaded.policy).endswith(":eta=1")
