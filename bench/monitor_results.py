@@ -114,6 +114,11 @@ def _cut(ref: dict[str, Any], run: dict[str, Any]) -> float:
     return (fb - (1 - run["success_rate"])) / fb if fb > 0 else float("nan")
 
 
+def _cuts(cuts: list[float]) -> str:
+    """``+12% / +0%``; ``-`` for a reference without failures (nothing to cut)."""
+    return " / ".join("-" if c != c else f"{c:+.0%}" for c in cuts)
+
+
 def _paired(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
     """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse."""
     ok = {r["seed"]: r["success"] for r in ref["records"]}
@@ -144,9 +149,7 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
                 fixed, broken = _paired(ref, s[f"{m}_{cond}"])
                 cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
                 cuts.append(_cut(ref, s[f"{m}_{cond}"]))
-            out.append(
-                f"| {r['task']} | {cond} | {_cell(ref)} | {cells[0]} | {cells[1]} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
-            )
+            out.append(f"| {r['task']} | {cond} | {_cell(ref)} | {cells[0]} | {cells[1]} | {_cuts(cuts)} |")
     return out if len(out) > 5 else []
 
 
@@ -166,7 +169,7 @@ def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
             cuts = [_cut(s[f"base_{cond}"], s[f"{m}_{cond}"]) for m in ("restore", "drive")]
             out.append(
                 f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
-                f"{_cell(s[f'drive_{cond}'])} | {cuts[0]:+.0%} / {cuts[1]:+.0%} |"
+                f"{_cell(s[f'drive_{cond}'])} | {_cuts(cuts)} |"
             )
     out += paired_table(rows)
     if all(r["detectors"] is None for r in rows):
