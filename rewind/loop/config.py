@@ -22,6 +22,7 @@ from rewind.monitor.episode import check_rewind_mode
 from rewind.monitor.factory import MonitorConfig
 from rewind.rollout.config import RolloutConfig
 from rewind.train.config import NORMALIZER_MODES, SAMPLE_WEIGHT_MODES, policy_config
+from rewind.train.policy_api import check_sampler_settings
 from rewind.utils.device import check_device
 
 #: name -> ``module:Class`` (imported on use by :func:`rewind.loop.sources.source_class`).
@@ -333,6 +334,10 @@ class LoopConfig(CommandConfig):
             fine-tunes (a second core makes it free; the records are the same as with ``false``, which
             runs it in this process after the fine-tuning; :mod:`rewind.loop.control_arm`).
         device / num_threads: torch device and intra-op threads (1 is fastest on a busy 2-core CPU).
+        ddim_eta: DDIM's ``eta`` for every rollout of the loop (collection, calibration, selection,
+            evaluation, the control arm's), overriding the policies' own (``None``: as trained); the
+            way to run a loop from an existing base with another sampler (docs/policies.md). The
+            teleop tool (``recovery=human``) samples as trained.
         wandb: the loop's one W&B run (per-round table, success-vs-operator-steps chart).
         progress: progress bars.
     """
@@ -354,10 +359,12 @@ class LoopConfig(CommandConfig):
     parallel_control: bool = True
     device: str = "cpu"
     num_threads: int = 1
+    ddim_eta: float | None = None
     wandb: WandbConfig = field(default_factory=WandbConfig)
     progress: bool = True
 
     def __post_init__(self) -> None:
+        check_sampler_settings("policy", None, self.ddim_eta)
         require(self.rounds >= 0, f"rounds must be >= 0; got {self.rounds}")
         require(
             self.episodes_per_round >= 1, f"episodes_per_round must be >= 1; got {self.episodes_per_round}"

@@ -136,7 +136,9 @@ def _collect(
         return _external(cfg, r, store_path, weights, cal_folder, seed0)
     env = build_env(cfg.env)
     try:
-        loaded = load_policy(str(weights), env, cfg.env.name, resolve_device(cfg.device))
+        loaded = load_policy(
+            str(weights), env, cfg.env.name, resolve_device(cfg.device), ddim_eta=cfg.ddim_eta
+        )
         mcfg = dataclasses.replace(cfg.monitor, calibration=cal_folder) if cal_folder else None
         monitor, tracker, _ = (
             load_monitor(mcfg, loaded.policy, loaded.weights_hash) if mcfg else (None, None, {})

@@ -111,8 +111,8 @@ def optim_config(steps: int, batch_size: int, lr: float, warmup: int) -> OptimCo
 def calibrate_config(cfg: LoopConfig, weights: Path, demos_path: str, folder: Path) -> CalibrateConfig:
     """The :class:`CalibrateConfig` of a round's calibration in ``folder``: ``weights``, the loop's env
     node, monitor (a copy), ``calibration`` settings (episodes, seed, demos), device, threads,
-    progress and ``rollout`` node (on the local backend: calibration does not run on Ray);
-    ``n_action_steps`` as trained."""
+    progress and ``rollout`` node (on the local backend: calibration does not run on Ray), the loop's
+    ``ddim_eta``; ``n_action_steps`` as trained."""
     c = cfg.calibration
     return CalibrateConfig(
         out_dir=str(folder),
@@ -127,6 +127,7 @@ def calibrate_config(cfg: LoopConfig, weights: Path, demos_path: str, folder: Pa
         num_threads=cfg.num_threads,
         progress=cfg.progress,
         rollout=dataclasses.replace(cfg.rollout, backend="local"),
+        ddim_eta=cfg.ddim_eta,
     )
 
 
@@ -203,6 +204,7 @@ def eval_config(
         monitor=dataclasses.replace(cfg.monitor, calibration=calibration) if monitored else MonitorConfig(),
         rewind=RewindConfig(mode="restore", max_rewinds=3) if monitored else RewindConfig(),
         rollout=dataclasses.replace(cfg.rollout),
+        ddim_eta=cfg.ddim_eta,
     )
 
 
@@ -222,7 +224,8 @@ def evaluate(
     out = EvalOutcome(**{k: summary[k] for k in keep})
     if "monitor" in summary:
         out.monitor = {k: v for k, v in summary["monitor"].items() if isinstance(v, (int, float, str))}
-    atomic_write_json(folder / "summary.json", {**out.to_json(), "records": summary["records"]})
+    sampled = {k: summary.get(k) for k in ("sampler", "denoising_steps", "ddim_eta")}
+    atomic_write_json(folder / "summary.json", {**out.to_json(), **sampled, "records": summary["records"]})
     return out
 
 

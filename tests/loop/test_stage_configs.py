@@ -61,3 +61,19 @@ def test_a_rounds_calibration_gets_the_loops_monitor_and_settings(tmp_path: Path
     )
     assert (ccfg.device, ccfg.num_threads, ccfg.progress) == (cfg.device, cfg.num_threads, cfg.progress)
     assert ccfg.n_action_steps is None  # as trained, like the round's evaluation
+
+
+def test_the_loops_ddim_eta_reaches_every_rollout(tmp_path: Path, tiny_run) -> None:
+    """``ddim_eta`` samples every rollout of a loop from an existing base with that eta (its weights
+    say 0): calibration and evaluation configs, and the base's evaluation as run."""
+    import json
+
+    from rewind.loop import run_loop
+
+    cfg = loop_config(tmp_path / "o", env=ENV, ddim_eta=1.0)
+    assert stages.eval_config(cfg, tmp_path / "w", tmp_path / "e").ddim_eta == 1.0
+    assert stages.calibrate_config(cfg, tmp_path / "w", "d", tmp_path / "c").ddim_eta == 1.0
+    assert loop_config(tmp_path / "p").ddim_eta is None
+    run_loop(loop_config(tmp_path / "run", base=tiny_run, rounds=0, ddim_eta=1.0))
+    summary = json.loads((tmp_path / "run" / "round_00" / "eval" / "summary.json").read_text())
+    assert summary["ddim_eta"] == 1.0
