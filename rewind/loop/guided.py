@@ -25,6 +25,7 @@ no step is an operator step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,19 +194,30 @@ class LatentDynamics(nn.Module):
         return p + self.net(torch.cat([p, actions.flatten(1)], 1))
 
 
+def _seeded_dynamics(dim: int, a: np.ndarray, seed: int) -> tuple[torch.Generator, LatentDynamics]:
+    """The minibatch generator and the initialised :class:`LatentDynamics` of one fit (both from
+    ``seed``; the global RNG untouched)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return gen, LatentDynamics(dim, a.shape[1], a.shape[2])
+
+
+def _minibatches(n: int, steps: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
+    """``steps`` index batches of ``min(256, n)`` rows drawn with replacement from ``gen``."""
+    for _ in range(steps):
+        yield torch.randint(0, n, (min(256, n),), generator=gen)
+
+
 def train_dynamics(
     p: np.ndarray, a: np.ndarray, p_next: np.ndarray, steps: int, seed: int
 ) -> tuple[LatentDynamics, float]:
     """Fit :class:`LatentDynamics` on transitions; returns it and its final mean squared error."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = LatentDynamics(p.shape[1], a.shape[1], a.shape[2])
+    gen, model = _seeded_dynamics(p.shape[1], a, seed)
     tp, ta, tn = (torch.as_tensor(x, dtype=torch.float32) for x in (p, a, p_next))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss = torch.zeros(())
-    for _ in range(steps):
-        idx = torch.randint(0, len(tp), (min(256, len(tp)),), generator=gen)
+    for idx in _minibatches(len(tp), steps, gen):
         loss = ((model(tp[idx], ta[idx]) - tn[idx]) ** 2).mean()
         opt.zero_grad()
         loss.backward()
@@ -237,10 +249,7 @@ def train_projection(
     The covariance term keeps the projection whitened, so it cannot shrink to make prediction
     trivial. ``W`` is learned in the transitions' whitened coordinates (``W = white @ M``), so the
     step size does not depend on the features' scale. Returns ``W``, the model and its final error."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = LatentDynamics(basis.shape[1], a.shape[1], a.shape[2])
+    gen, model = _seeded_dynamics(basis.shape[1], a, seed)
     white = _whitening(z - mean)
     m = nn.Parameter(torch.as_tensor(np.linalg.lstsq(white, basis, rcond=None)[0], dtype=torch.float32))
     tw = torch.as_tensor(white, dtype=torch.float32)
@@ -250,8 +259,7 @@ def train_projection(
     eye = torch.eye(m.shape[1])
     opt = torch.optim.Adam([{"params": model.parameters(), "lr": 1e-3}, {"params": [m], "lr": 1e-2}])
     mse = torch.zeros(())
-    for _ in range(steps):
-        idx = torch.randint(0, len(tz), (min(256, len(tz)),), generator=gen)
+    for idx in _minibatches(len(tz), steps, gen):
         w = tw @ m
         p, p_next = tz[idx] @ w, tn[idx] @ w
         mse = ((model(p, ta[idx]) - p_next) ** 2).mean()
