@@ -9,6 +9,9 @@ and episodes, so an interrupted run resumes), and the result file collects every
         --out bench/results/heldout_stack3_fs.json
 
 Defaults (``--env pick_place --seed 90000``) are those of the PickPlace held-out reports in docs/loop.md.
+``--ddim-eta E`` samples every policy with DDIM eta ``E`` (``rewind-eval ddim_eta=E``; weights a loop
+fine-tuned from an eta-0 base keep eta 0 in their config) into ``ROOT/ENV_SEED_etaE``, and a finished
+folder that recorded another eta is an error.
 """
 
 from __future__ import annotations
@@ -41,11 +44,32 @@ def _specs(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _group(args: argparse.Namespace) -> str:
+    """The folder under ``--root`` for this env, first seed and sampler."""
+    group = f"{args.env}_{args.seed}"
+    return group if args.ddim_eta is None else f"{group}_eta{args.ddim_eta:g}"
+
+
+def _check(summary: dict[str, Any], folder: Path, args: argparse.Namespace) -> None:
+    """A finished folder must hold the requested seeds, episodes and (if given) DDIM eta."""
+    first = summary["records"][0]["seed"] if summary.get("records") else None
+    if summary["episodes"] != args.episodes or first != args.seed:
+        raise SystemExit(
+            f"{folder} holds {summary['episodes']} episodes from seed {first}, not {args.episodes} from "
+            f"{args.seed}: remove it or pass another --root"
+        )
+    if args.ddim_eta is not None and summary.get("ddim_eta") != args.ddim_eta:
+        raise SystemExit(
+            f"{folder} was sampled with ddim_eta={summary.get('ddim_eta')}, not {args.ddim_eta}: "
+            "remove it or pass another --root"
+        )
+
+
 def heldout(args: argparse.Namespace) -> dict[str, Any]:
     """Run (or read back) every evaluation; the result record."""
     results = {}
     for name, weights in _specs(args.policies).items():
-        folder = args.root / f"{args.env}_{args.seed}" / name
+        folder = args.root / _group(args) / name
         cmd = [
             rewind_bin("rewind-eval"),
             f"policy_path={weights}",
@@ -55,14 +79,11 @@ def heldout(args: argparse.Namespace) -> dict[str, Any]:
             f"num_threads={args.num_threads}",
             f"out_dir={folder}",
         ]
+        if args.ddim_eta is not None:
+            cmd.append(f"ddim_eta={args.ddim_eta}")
         summary = run_once(cmd, folder)
         assert summary is not None
-        first = summary["records"][0]["seed"] if summary.get("records") else None
-        if summary["episodes"] != args.episodes or first != args.seed:
-            raise SystemExit(
-                f"{folder} holds {summary['episodes']} episodes from seed {first}, not {args.episodes} from "
-                f"{args.seed}: remove it or pass another --root"
-            )
+        _check(summary, folder, args)
         n, k = int(summary["episodes"]), int(summary["successes"])
         results[name] = {
             "weights": weights,
@@ -76,6 +97,7 @@ def heldout(args: argparse.Namespace) -> dict[str, Any]:
         "env": args.env,
         "seed": args.seed,
         "episodes": args.episodes,
+        "ddim_eta": args.ddim_eta,
         "results": results,
     }
 
@@ -87,10 +109,15 @@ def main() -> None:
     p.add_argument("--env", default="pick_place")
     p.add_argument("--episodes", type=int, default=300)
     p.add_argument("--seed", type=int, default=90000, help="first evaluation seed")
+    p.add_argument(
+        "--ddim-eta", type=float, default=None, help="DDIM eta for every policy (default: each its own)"
+    )
     p.add_argument("--num-threads", type=int, default=0, help="torch threads (0: its default)")
     p.add_argument("--root", type=Path, default=Path("runs/heldout_eval"))
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
+    if args.ddim_eta is not None and not 0.0 <= args.ddim_eta <= 1.0:
+        p.error(f"--ddim-eta must be in [0, 1], got {args.ddim_eta}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     write_result(args.out, heldout(args))
 

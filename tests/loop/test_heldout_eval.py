@@ -66,3 +66,24 @@ def test_malformed_policy_arguments_are_named(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "a: no such weights path" in proc.stderr
     proc = _run(tmp_path, f"a={tmp_path}", f"a={tmp_path}")
     assert proc.returncode != 0 and "given twice" in proc.stderr
+
+
+def test_ddim_eta_reads_its_own_folder_and_refuses_another_eta(tmp_path: Path) -> None:
+    weights = tmp_path / "w"
+    weights.mkdir()
+    _summary(tmp_path / "root" / "stack3_70000_eta1" / "a", 70000, 20, 7)
+    summary = tmp_path / "root" / "stack3_70000_eta1" / "a" / "summary.json"
+    data = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**data, "ddim_eta": 1.0}))
+    args = ("--env", "stack3", "--seed", "70000", "--episodes", "20", "--ddim-eta", "1", f"a={weights}")
+    proc = _run(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["ddim_eta"] == 1.0 and res["results"]["a"]["success"] == 0.35
+    summary.write_text(json.dumps({**data, "ddim_eta": 0.0}))
+    (tmp_path / "r.json").unlink()
+    proc = _run(tmp_path, *args)
+    assert proc.returncode != 0 and "sampled with ddim_eta=0.0, not 1.0" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+    proc = _run(tmp_path, "--ddim-eta", "2", f"a={weights}")
+    assert proc.returncode != 0 and "--ddim-eta must be in [0, 1]" in proc.stderr
