@@ -112,7 +112,14 @@ def main() -> None:
     p.add_argument(
         "--ddim-eta", type=float, default=None, help="DDIM eta for every policy (default: each its own)"
     )
-    p.add_argument("--num-threads", type=int, default=0, help="torch threads (0: its default)")
+    p.add_argument(
+        "--threads",
+        "--num-threads",
+        dest="num_threads",
+        type=int,
+        default=0,
+        help="torch threads (0: its default)",
+    )
     p.add_argument("--root", type=Path, default=Path("runs/heldout_eval"))
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
