@@ -73,6 +73,8 @@ class MonitorConfig:
         action_dims: action dimensions ``tide`` and ``stac`` compare (``null``: all). Default: the
             continuous motion ``[dx, dy, dz, dyaw]``, leaving out the binary grip command.
         tide_window: TIDE averaged over the last this many chunk pairs (1: strictly per step).
+        tide_samples: TIDE compares the mean of this many chunks sampled per inference (1: the
+            executed chunks, Rewind-IL; > 1 for stochastic samplers, e.g. DDIM ``eta = 1``).
         knn: neighbours averaged by ``embedding_ood``.
         labeler: rewind checkpoint labeler (``stage`` or ``gripper``).
         min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
@@ -88,6 +90,7 @@ class MonitorConfig:
     num_samples: int = 32
     action_dims: list[int] | None = field(default_factory=lambda: [0, 1, 2, 3])
     tide_window: int = 2
+    tide_samples: int = 1
     knn: int = 5
     labeler: str = "stage"
     min_similarity: float = TrackingConfig.min_similarity
@@ -110,6 +113,7 @@ class MonitorConfig:
             f"monitor.action_dims must be null or non-empty indices >= 0; got {self.action_dims}",
         )
         require(self.tide_window >= 1, f"monitor.tide_window must be >= 1; got {self.tide_window}")
+        require(self.tide_samples >= 1, f"monitor.tide_samples must be >= 1; got {self.tide_samples}")
         require(
             self.match in MATCH_MODES,
             f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'",
@@ -125,7 +129,7 @@ class MonitorConfig:
 def score_params(name: str, cfg: MonitorConfig, seed: int = 0) -> dict[str, Any]:
     """Constructor arguments of score ``name`` from ``cfg`` (what a calibration saves)."""
     return {
-        "tide": {"dims": cfg.action_dims, "window": cfg.tide_window},
+        "tide": {"dims": cfg.action_dims, "window": cfg.tide_window, "samples": cfg.tide_samples},
         "stac": {"num_samples": cfg.num_samples, "dims": cfg.action_dims},
         "embedding_ood": {"k": cfg.knn},
         "random": {"seed": seed},

@@ -115,17 +115,30 @@ class TideScore(_ChunkScore):
     ``dims`` selects the action dimensions compared (``None``: all). The default monitor compares the
     continuous motion dimensions only: the binary grip command's timing jitter between consecutive
     chunks dominates the score otherwise. ``window`` averages the last ``window`` discrepancies
-    (1: Rewind-IL's per-step score; the default monitor uses 2, see docs/monitor.md).
+    (1: Rewind-IL's per-step score; the default monitor uses 2, see docs/monitor.md). ``samples`` > 1
+    compares the mean of that many chunks sampled per inference (``[B, S, H, Da]`` averaged over ``S``;
+    the executed chunk is still sample 0): a stochastic sampler's per-chunk noise then counts less
+    than a change of the policy's intent (1: Rewind-IL's executed chunks, no extra inference).
     """
 
     name = "tide"
 
-    def __init__(self, dims: list[int] | None = None, window: int = 1) -> None:
+    def __init__(self, dims: list[int] | None = None, window: int = 1, samples: int = 1) -> None:
         super().__init__()
         if window < 1:
             raise ValueError(f"tide window must be >= 1; got {window}")
-        self.dims, self.window = _dims(dims), int(window)
+        if samples < 1:
+            raise ValueError(f"tide samples must be >= 1; got {samples}")
+        self.dims, self.window, self.num_samples = _dims(dims), int(window), int(samples)
         self._recent: list[float] = []
+
+    def _chunk(self, rec: ChunkRecord) -> torch.Tensor:
+        """``[B, H, Da]``: the executed chunk, or the mean of the ``samples`` drawn."""
+        if self.num_samples == 1:
+            return rec.actions
+        if rec.samples is None or rec.samples.shape[1] < self.num_samples:
+            raise ValueError(f"tide with samples={self.num_samples} needs that many chunks per inference")
+        return rec.samples[:, : self.num_samples].mean(dim=1)
 
     def reset(self) -> None:
         super().reset()
@@ -135,7 +148,7 @@ class TideScore(_ChunkScore):
         a, b = overlap(prev, new, n_obs_steps)
         if a.stop == a.start:
             return 0.0
-        d = prev.actions[:, a] - new.actions[:, b]
+        d = self._chunk(prev)[:, a] - self._chunk(new)[:, b]
         if self.dims is not None:
             d = d[..., self.dims]
         self._recent = (
@@ -146,7 +159,7 @@ class TideScore(_ChunkScore):
         return sum(self._recent) / len(self._recent)
 
     def params(self) -> dict[str, Any]:
-        return {"dims": self.dims, "window": self.window}
+        return {"dims": self.dims, "window": self.window, "samples": self.num_samples}
 
 
 def mmd_rbf(x: torch.Tensor, y: torch.Tensor) -> float:

@@ -150,3 +150,29 @@ def test_calibration_rollouts_use_the_sampler_asked_for(tiny_run, tmp_path) -> N
     eta = run_calibration_rollouts(to_dataclass({**node, "ddim_eta": 1.0}, CalibrateConfig))
     assert sampler_tag(plain.loaded.policy).endswith(":eta=0")
     assert sampler_tag(eta.loaded.policy).endswith(":eta=1")
+
+
+def test_tide_samples_draws_that_many_chunks_and_is_recorded(tiny_run, tmp_path) -> None:
+    """``monitor.tide_samples=3``: every inference samples 3 chunks (the score raises otherwise), the
+    calibration's score settings record it, and 0 is refused with the field named."""
+    import pytest
+
+    from rewind.config import ConfigError, to_dataclass
+    from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
+
+    node = {
+        "out_dir": str(tmp_path / "cal"),
+        "policy_path": str(tiny_run["train"]),
+        "data_path": str(tiny_run["store"]),
+        "env": {"name": "lift", "max_steps": 20},
+        "episodes": 2,
+        "device": "cpu",
+        "progress": False,
+        "monitor": {"score": "tide", "tide_samples": 3},
+    }
+    out = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
+    assert out.score.num_samples == 3 and out.score.params()["samples"] == 3
+    values = [v for trace in out.traces for v in trace if v is not None]
+    assert values and all(np.isfinite(values))
+    with pytest.raises(ConfigError, match="monitor.tide_samples must be >= 1"):
+        to_dataclass({**node, "monitor": {"score": "tide", "tide_samples": 0}}, CalibrateConfig)

@@ -125,3 +125,27 @@ def test_tide_window_averages_recent_discrepancies() -> None:
     assert values == pytest.approx([1.0, (1.0 + 9.0) / 2, 9.0])
     with pytest.raises(ValueError, match="window"):
         TideScore(window=0)
+
+
+def test_tide_samples_compares_the_mean_chunk_not_the_executed_one() -> None:
+    """Two inferences whose sample means agree but whose executed chunks (sample 0) differ by the
+    sampler's noise: TIDE over the mean sees no change, Rewind-IL's TIDE sees the noise."""
+    noise = torch.zeros(1, 2, 16, 4)
+    noise[0, 0], noise[0, 1] = 1.0, -1.0  # mean 0, sample 0 at +1
+    plain, averaged = TideScore(), TideScore(samples=2)
+    assert averaged.num_samples == 2 and plain.num_samples == 1
+    assert averaged.params()["samples"] == 2
+    p = FakePolicy()
+    p.push(noise[:, 0] * 0, -1, noise * 0)  # first: all zeros
+    plain.update(p), averaged.update(p)
+    p.push(noise[:, 0], 7, noise)
+    assert plain.update(p) == pytest.approx(1.0)
+    assert averaged.update(p) == pytest.approx(0.0)
+    shifted = noise + 0.5  # the intent moves: the mean moves with it
+    p.push(shifted[:, 0], 14, shifted)
+    assert averaged.update(p) == pytest.approx(0.25)
+    p.push(shifted[:, 0], 21)  # the policy sampled one chunk only
+    with pytest.raises(ValueError, match="samples=2 needs that many chunks"):
+        averaged.update(p)
+    with pytest.raises(ValueError, match="samples must be >= 1"):
+        TideScore(samples=0)
