@@ -4,12 +4,12 @@ For each ``task=RUN`` item (``RUN`` holds the base policy's ``store/`` and ``tra
 folder of ``bench/base_policies.py``) it runs, each into its own folder under ``--root/<task>``:
 
     rewind-calibrate policy_path=RUN/train env=TASK data_path=RUN/store monitor=tide out_dir=.../cal
-    rewind-eval policy_path=RUN/train env=TASK episodes=N seed=10000 perturb=P out_dir=.../base_P
+    rewind-eval policy_path=RUN/train env=TASK episodes=N seed=SEED perturb=P out_dir=.../base_P
     rewind-eval ... monitor=tide monitor.calibration=.../cal rewind=restore|drive out_dir=.../MODE_P
     rewind-monitor-eval policy_path=RUN/train env=TASK data_path=RUN/store out_dir=.../detectors
 
-with P in {none, nudge}, and writes ``--out`` (JSON) and ``--table`` (Markdown): (a) success of the
-base policy vs with rewind (restore, drive), nominal and perturbed, with 95% Wilson intervals and the
+with P in {none, nudge} and SEED ``--seed`` (10000), and writes ``--out`` (JSON) and ``--table``
+(Markdown): (a) success of the base policy vs with rewind (restore, drive), nominal and perturbed, with 95% Wilson intervals and the
 failure-rate reduction; (b) detectors compared (AUROC, balanced accuracy, TPR, FPR, lead time,
 cost; ``--no-detectors`` skips it). Finished steps (a ``summary.json``) are reused, so an interrupted
 run resumes.
@@ -43,6 +43,16 @@ def _run(cmd: list[str], folder: Path) -> dict[str, Any] | None:
     return run_once(cmd, folder, no_run=NO_RUN)
 
 
+def _seeded(summary: dict[str, Any] | None, folder: Path, seed: int) -> dict[str, Any] | None:
+    """``summary``, checked to start at ``seed`` (a reused folder from another ``--seed`` is an error)."""
+    recs = (summary or {}).get("records") or []
+    if recs and recs[0]["seed"] != seed:
+        raise SystemExit(
+            f"{folder} holds episodes from seed {recs[0]['seed']}, not {seed}: use another --root"
+        )
+    return summary
+
+
 def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict[str, Any]:
     """All commands of one task; returns its rows."""
     base = root / task
@@ -64,28 +74,27 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             _bin("rewind-eval"),
             *common,
             f"episodes={args.episodes}",
-            "seed=10000",
+            f"seed={args.seed}",
             f"perturb={cond}",
             "wandb.mode=offline",
         ]
-        success[f"base_{cond}"] = _run([*ev, f"out_dir={base / f'base_{cond}'}"], base / f"base_{cond}")
+        folder = base / f"base_{cond}"
+        success[f"base_{cond}"] = _seeded(_run([*ev, f"out_dir={folder}"], folder), folder, args.seed)
         # (folder prefix, rewind mode, rewinds per episode)
         modes = [("restore", "restore", args.max_rewinds), ("drive", "drive", args.max_rewinds)]
         if args.paired:  # the monitored runner with rewinds off: the same noise streams, alarms logged only
             modes.append(("norewind", "restore", 0))
         for prefix, mode, budget in modes:
             name = f"{prefix}_{cond}"
-            success[name] = _run(
-                [
-                    *ev,
-                    "monitor=tide",
-                    f"monitor.calibration={base / 'cal'}",
-                    f"rewind={mode}",
-                    f"rewind.max_rewinds={budget}",
-                    f"out_dir={base / name}",
-                ],
-                base / name,
-            )
+            cmd = [
+                *ev,
+                "monitor=tide",
+                f"monitor.calibration={base / 'cal'}",
+                f"rewind={mode}",
+                f"rewind.max_rewinds={budget}",
+                f"out_dir={base / name}",
+            ]
+            success[name] = _seeded(_run(cmd, base / name), base / name, args.seed)
     if args.no_detectors:
         return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": None}
     det = _run(
@@ -127,16 +136,27 @@ def _paired(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
     return fixed, broken
 
 
+def _alarmed(ref: dict[str, Any]) -> str:
+    """``a / f failures, b / s successes``: episodes of the rewinds-off run with at least one alarm."""
+    recs = ref["records"]
+    fail = [r for r in recs if not r["success"]]
+    succ = [r for r in recs if r["success"]]
+    k_f = sum(1 for r in fail if r.get("alarms", 0) > 0)
+    k_s = sum(1 for r in succ if r.get("alarms", 0) > 0)
+    return f"{k_f} / {len(fail)}, {k_s} / {len(succ)}"
+
+
 def paired_table(rows: list[dict[str, Any]]) -> list[str]:
     """(a') With ``--paired``: rewind against the monitor with rewinds off, which runs the same noise
-    streams, so each seed's episode is the same up to its first rewind; per seed, fixed / broken."""
+    streams, so each seed's episode is the same up to its first rewind; per seed, fixed / broken; and
+    how many of the reference's failures and successes raised an alarm."""
     out = [
         "",
         "(a') Paired: the same monitored episodes with rewinds off (alarms logged only) as the reference",
         "",
-        "| task | condition | no rewind | + restore (fixed / broken) | + drive (fixed / broken) "
-        "| failure cut (restore / drive) |",
-        "|---|---|---|---|---|---|",
+        "| task | condition | no rewind | alarmed: failures, successes | + restore (fixed / broken) "
+        "| + drive (fixed / broken) | failure cut (restore / drive) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s = r["success"]
@@ -149,14 +169,16 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
                 fixed, broken = _paired(ref, s[f"{m}_{cond}"])
                 cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
                 cuts.append(_cut(ref, s[f"{m}_{cond}"]))
-            out.append(f"| {r['task']} | {cond} | {_cell(ref)} | {cells[0]} | {cells[1]} | {_cuts(cuts)} |")
+            out.append(
+                f"| {r['task']} | {cond} | {_cell(ref)} | {_alarmed(ref)} | {cells[0]} | {cells[1]} | {_cuts(cuts)} |"
+            )
     return out if len(out) > 5 else []
 
 
-def tables(rows: list[dict[str, Any]], episodes: int = 50) -> str:
-    """Markdown tables (a) success (``episodes`` per cell) and (b) detectors."""
+def tables(rows: list[dict[str, Any]], episodes: int = 50, seed: int = 10000) -> str:
+    """Markdown tables (a) success (``episodes`` per cell from ``seed``) and (b) detectors."""
     out = [
-        f"(a) Success ({episodes} episodes, seeds 10000..; 95% Wilson interval) and failure-rate reduction",
+        f"(a) Success ({episodes} episodes, seeds {seed}..; 95% Wilson interval) and failure-rate reduction",
         "",
         "| task | condition | base | + rewind (restore) | + rewind (drive) | failure cut (restore / drive) |",
         "|---|---|---|---|---|---|",
@@ -205,6 +227,7 @@ def main() -> None:
     ap.add_argument("items", nargs="+", help="task=RUN_FOLDER items")
     ap.add_argument("--root", default="runs/monitor_results")
     ap.add_argument("--episodes", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=10000, help="first evaluation seed")
     ap.add_argument("--cal-episodes", type=int, default=60)
     ap.add_argument("--max-rewinds", type=int, default=3)
     ap.add_argument("--stac-samples", type=int, default=32)
@@ -229,9 +252,10 @@ def main() -> None:
     for item in args.items:
         task, run = item.split("=", 1)
         rows.append(run_task(Path(args.root), task, Path(run), args))
-        Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
-        Path(args.table).write_text(tables(rows, args.episodes) + "\n")
-    print(tables(rows, args.episodes))
+        record = {"command": " ".join(sys.argv), "seed": args.seed, "rows": rows}
+        Path(args.out).write_text(json.dumps(record, indent=1))
+        Path(args.table).write_text(tables(rows, args.episodes, args.seed) + "\n")
+    print(tables(rows, args.episodes, args.seed))
 
 
 if __name__ == "__main__":

@@ -31,3 +31,28 @@ def test_failure_cut_and_a_reference_without_failures() -> None:
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| pick_place")}
     assert rows["none"].endswith("| - / - |") and "nan" not in text
     assert rows["nudge"].endswith("| +50% / +0% |")
+
+
+def _records(outcomes: list[tuple[bool, int]]) -> dict:
+    recs = [{"seed": 10000 + i, "success": ok, "alarms": a} for i, (ok, a) in enumerate(outcomes)]
+    rate = sum(ok for ok, _ in outcomes) / len(outcomes)
+    return {"success_rate": rate, "success_ci95": [rate, rate], "records": recs}
+
+
+def test_paired_table_counts_fixed_broken_and_alarmed_episodes() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from monitor_results import paired_table
+    finally:
+        sys.path.remove(str(BENCH))
+    # reference: seeds 0, 1 fail (0 alarmed), 2, 3 succeed (3 alarmed)
+    ref = _records([(False, 2), (False, 0), (True, 0), (True, 1)])
+    restore = _records([(True, 1), (False, 0), (True, 0), (False, 3)])  # fixes seed 0, breaks seed 3
+    drive = _records([(False, 2), (False, 0), (True, 0), (True, 1)])
+    success = {"norewind_none": ref, "restore_none": restore, "drive_none": drive}
+    lines = paired_table([{"task": "stack3", "success": success}])
+    row = next(line for line in lines if line.startswith("| stack3 | none"))
+    cells = row.split(" | ")
+    assert cells[3] == "1 / 2, 1 / 2"  # alarmed: failures, successes
+    assert cells[4].endswith("(1 / 1)") and cells[5].endswith("(0 / 0)")
+    assert row.endswith("| +0% / +0% |")
