@@ -132,20 +132,26 @@ def test_point_of_no_return_with_the_real_operator(tiny_monitor) -> None:
     env.close()
 
 
+def _cal_node(tiny_run, tmp_path, max_steps: int, episodes: int, **extra) -> dict:
+    """A ``CalibrateConfig`` node for the tiny run on a short Lift episode."""
+    return {
+        "out_dir": str(tmp_path / "cal"),
+        "policy_path": str(tiny_run["train"]),
+        "data_path": str(tiny_run["store"]),
+        "env": {"name": "lift", "max_steps": max_steps},
+        "episodes": episodes,
+        "device": "cpu",
+        "progress": False,
+        **extra,
+    }
+
+
 def test_calibration_rollouts_use_the_sampler_asked_for(tiny_run, tmp_path) -> None:
     from rewind.config import to_dataclass
     from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
     from rewind.train.policy_api import sampler_tag
 
-    node = {
-        "out_dir": str(tmp_path / "cal"),
-        "policy_path": str(tiny_run["train"]),
-        "data_path": str(tiny_run["store"]),
-        "env": {"name": "lift", "max_steps": 10},
-        "episodes": 1,
-        "device": "cpu",
-        "progress": False,
-    }
+    node = _cal_node(tiny_run, tmp_path, max_steps=10, episodes=1)
     plain = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
     eta = run_calibration_rollouts(to_dataclass({**node, "ddim_eta": 1.0}, CalibrateConfig))
     assert sampler_tag(plain.loaded.policy).endswith(":eta=0")
@@ -160,16 +166,9 @@ def test_tide_samples_draws_that_many_chunks_and_is_recorded(tiny_run, tmp_path)
     from rewind.config import ConfigError, to_dataclass
     from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
 
-    node = {
-        "out_dir": str(tmp_path / "cal"),
-        "policy_path": str(tiny_run["train"]),
-        "data_path": str(tiny_run["store"]),
-        "env": {"name": "lift", "max_steps": 20},
-        "episodes": 2,
-        "device": "cpu",
-        "progress": False,
-        "monitor": {"score": "tide", "tide_samples": 3},
-    }
+    node = _cal_node(
+        tiny_run, tmp_path, max_steps=20, episodes=2, monitor={"score": "tide", "tide_samples": 3}
+    )
     out = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
     assert out.score.num_samples == 3 and out.score.params()["samples"] == 3
     values = [v for trace in out.traces for v in trace if v is not None]
