@@ -5,6 +5,9 @@ For round ``R`` of every loop in ``--loop`` (a ``bench/loop_result.py`` file), t
 ``bench/heldout_eval.py`` file), the same candidates on held-out seeds, named in loop order by
 ``--main`` and ``--control``. Writes each arm's pooled successes with the 95% Wilson interval, per loop
 seed and in all, and the difference in points. Nothing is run; the numbers are the files' own.
+``--deployed`` pools what each arm deployed after round ``R`` instead (a candidate the gate rejected
+is replaced by the policy it kept; name that policy's held-out run, e.g. from round ``R - 1``, whose
+file may be passed as a second ``--heldout``).
 
     .venv/bin/python bench/pool_arms.py --loop bench/results/issue12_loop_stack3_rac_fs_refit.json --round 2 \\
         --heldout bench/results/heldout_stack3_rac_fs_refit_r2.json \\
@@ -27,15 +30,16 @@ from rewind.utils.stats import wilson_interval
 log = logging.getLogger("bench")
 
 
-def _candidates(run: dict[str, Any], r: int) -> tuple[float, float]:
-    """Round ``r``'s main and control candidates' success rates on the evaluation seeds."""
+def _candidates(run: dict[str, Any], r: int, deployed: bool = False) -> tuple[float, float]:
+    """Round ``r``'s main and control candidates' (or deployed policies') success rates on the
+    evaluation seeds."""
     rounds = {x["round"]: x for x in run["summary"]["rounds"]}
     if r not in rounds or r == 0:
         raise SystemExit(f"{run['out_dir']} has no round {r} (rounds: {sorted(rounds)})")
     x = rounds[r]
 
     def candidate(prefix: str) -> float | None:  # a rejected candidate's own result, else the deployed one
-        rejected = x.get(f"{prefix}candidate_success")
+        rejected = None if deployed else x.get(f"{prefix}candidate_success")
         return rejected if rejected is not None else x[f"{prefix}success" if prefix else "success_rate"]
 
     main, ctl = candidate(""), candidate("control_")
@@ -51,7 +55,9 @@ def _arm(k: int, n: int) -> dict[str, Any]:
 def pool(args: argparse.Namespace) -> dict[str, Any]:
     """Per loop seed and pooled: successes of each arm; the difference in points."""
     runs = json.loads(args.loop.read_text())["runs"]
-    held = json.loads(args.heldout.read_text())["results"] if args.heldout else {}
+    held: dict[str, Any] = {}
+    for path in args.heldout:
+        held.update(json.loads(path.read_text())["results"])
     for names in (args.main, args.control):
         if held and len(names) != len(runs):
             raise SystemExit(
@@ -59,10 +65,10 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
             )
         missing = [n for n in names if held and n not in held]
         if missing:
-            raise SystemExit(f"{missing} not in {args.heldout} (names: {sorted(held)})")
+            raise SystemExit(f"{missing} not in {[str(p) for p in args.heldout]} (names: {sorted(held)})")
     per_seed, tot = [], {"main": [0, 0], "control": [0, 0]}
     for i, run in enumerate(runs):
-        rates = dict(zip(("main", "control"), _candidates(run, args.round), strict=True))
+        rates = dict(zip(("main", "control"), _candidates(run, args.round, args.deployed), strict=True))
         row: dict[str, Any] = {"out_dir": run["out_dir"]}
         for arm, rate in rates.items():
             k, n = round(rate * args.eval_episodes), args.eval_episodes
@@ -78,8 +84,9 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
     pooled["difference_points"] = 100 * (pooled["main"]["success"] - pooled["control"]["success"])
     return {
         "loop": str(args.loop),
-        "heldout": str(args.heldout),
+        "heldout": [str(p) for p in args.heldout],
         "round": args.round,
+        "arms": "deployed" if args.deployed else "candidates",
         "per_seed": per_seed,
         "pooled": pooled,
     }
@@ -91,7 +98,8 @@ def main() -> None:
     p.add_argument("--loop", type=Path, required=True, help="a bench/loop_result.py file")
     p.add_argument("--round", type=int, required=True)
     p.add_argument("--eval-episodes", type=int, default=100, help="the loops' eval.episodes")
-    p.add_argument("--heldout", type=Path, default=None, help="a bench/heldout_eval.py file")
+    p.add_argument("--heldout", type=Path, nargs="*", default=[], help="bench/heldout_eval.py files (merged)")
+    p.add_argument("--deployed", action="store_true", help="each arm's deployed policy, not its candidate")
     p.add_argument("--main", nargs="*", default=[], help="held-out names of the main candidates, loop order")
     p.add_argument("--control", nargs="*", default=[], help="held-out names of the control candidates")
     p.add_argument("--out", type=Path, required=True)

@@ -74,3 +74,33 @@ def test_pool_arms_names_a_missing_round_and_a_missing_name(tmp_path: Path) -> N
                 "--control", "c0", "c1")  # fmt: skip
     assert proc.returncode != 0 and "['mX'] not in" in proc.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> None:
+    loop = {"runs": [{"out_dir": "loop_s0", "summary": {"rounds": [
+        {"round": 0, "success_rate": 0.2},
+        {"round": 1, "success_rate": 0.30, "candidate_success": None, "control_success": 0.20},
+        {"round": 2, "success_rate": 0.30, "candidate_success": 0.50, "control_success": 0.25},
+    ]}}]}  # fmt: skip
+    (tmp_path / "loop.json").write_text(json.dumps(loop))
+    held1 = {"results": {"m_r1": {"summary": {"successes": 33, "episodes": 100}}}}
+    held2 = {
+        "results": {
+            n: {"summary": {"successes": k, "episodes": 100}} for n, k in [("m_r2", 60), ("c_r2", 21)]
+        }
+    }
+    (tmp_path / "h1.json").write_text(json.dumps(held1))
+    (tmp_path / "h2.json").write_text(json.dumps(held2))
+    base = [sys.executable, str(SCRIPT), "--loop", str(tmp_path / "loop.json"), "--round", "2", "--out",
+            str(tmp_path / "p.json"), "--heldout", str(tmp_path / "h1.json"), str(tmp_path / "h2.json")]  # fmt: skip
+    cand = subprocess.run([*base, "--main", "m_r2", "--control", "c_r2"], capture_output=True, text=True)
+    assert cand.returncode == 0, cand.stderr
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert res["arms"] == "candidates" and res["pooled"]["main"]["successes"] == 50 + 60
+    dep = subprocess.run(
+        [*base, "--deployed", "--main", "m_r1", "--control", "c_r2"], capture_output=True, text=True
+    )
+    assert dep.returncode == 0, dep.stderr
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert res["arms"] == "deployed" and res["pooled"]["main"]["successes"] == 30 + 33
+    assert res["pooled"]["control"]["successes"] == 25 + 21
