@@ -57,7 +57,10 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
     runs = json.loads(args.loop.read_text())["runs"]
     held: dict[str, Any] = {}
     for path in args.heldout:
-        held.update(json.loads(path.read_text())["results"])
+        for name, res in json.loads(path.read_text())["results"].items():
+            if name in held and held[name] != res:
+                raise SystemExit(f"{name} is in two --heldout files with different results: rename one")
+            held[name] = res
     for names in (args.main, args.control):
         if held and len(names) != len(runs):
             raise SystemExit(

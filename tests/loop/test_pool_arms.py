@@ -104,3 +104,8 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     res = json.loads((tmp_path / "p.json").read_text())
     assert res["arms"] == "deployed" and res["pooled"]["main"]["successes"] == 30 + 33
     assert res["pooled"]["control"]["successes"] == 25 + 21
+    other = {"results": {"m_r1": {"summary": {"successes": 99, "episodes": 100}}}}
+    (tmp_path / "h3.json").write_text(json.dumps(other))
+    clash = subprocess.run([*base, str(tmp_path / "h3.json"), "--main", "m_r1", "--control", "c_r2"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert clash.returncode != 0 and "m_r1 is in two --heldout files" in clash.stderr
