@@ -206,6 +206,12 @@ def load_monitor(
             f"{folder}: calibrated with n_action_steps={cal.n_action_steps}, but the policy "
             f"executes {policy.n_action_steps}: use the same setting or recalibrate"
         )
+    cal_samples = int(cal.score_params.get("samples", 1)) if cal.score == "tide" else cfg.tide_samples
+    if cal_samples != cfg.tide_samples:
+        raise CalibrationError(
+            f"{folder}: calibrated with monitor.tide_samples={cal_samples}, but monitor.tide_samples="
+            f"{cfg.tide_samples}: use the same setting or recalibrate"
+        )
     if cal.sampler and cal.sampler != sampler_tag(policy):
         raise CalibrationError(
             f"{folder}: calibrated with the policy sampling {cal.sampler}, but it samples "

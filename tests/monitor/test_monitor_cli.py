@@ -71,6 +71,9 @@ def test_eval_with_monitor_rewinds_and_logs_events(tiny_run, tiny_monitor, tmp_p
     assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev_same'}"]) == 0
     assert run_cli(eval_main, [*args, "ddim_eta=1.0", f"out_dir={tmp_path / 'ev_eta'}"]) == 2
     assert f"calibrated with the policy sampling {tag}" in capsys.readouterr().err
+    # TIDE over the mean of S chunks: the calibration's S must be the evaluation's
+    assert run_cli(eval_main, [*args, "monitor.tide_samples=4", f"out_dir={tmp_path / 'ev_s4'}"]) == 2
+    assert "calibrated with monitor.tide_samples=1, but monitor.tide_samples=4" in capsys.readouterr().err
     Calibration("tide", 0.5, 1, 1e-12, "0" * 64).save(cal_dir)  # made for other weights
     assert run_cli(eval_main, [*args, f"out_dir={tmp_path / 'ev2'}"]) == 2
     assert "recalibrate" in capsys.readouterr().err
