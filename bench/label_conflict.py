@@ -25,6 +25,7 @@ import torch
 
 from rewind.envs.registry import make_env
 from rewind.loop.label_conflict import demo_threshold, disagreement, step_table
+from rewind.store import SOURCE_CODES
 from rewind.train.policy_api import load_policy
 
 log = logging.getLogger("label_conflict")
@@ -40,14 +41,25 @@ def main() -> None:
     ap.add_argument("--round-store", required=True)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--quantile", type=float, default=0.95)
+    ap.add_argument(
+        "--labels",
+        nargs="+",
+        default=list(LABELS),
+        choices=list(SOURCE_CODES),
+        help="segment labels to check (default: correction recovery; the loop trains on "
+        "'correction' alone unless finetune.sample_weights says otherwise)",
+    )
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
     ap.add_argument("--out", default="bench/results/label_conflict_stack3.json")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     env = make_env(a.task)
     policy = load_policy(a.weights, env, a.task, torch.device("cpu")).policy
     base = env.unwrapped
     demos = step_table(a.demos, policy)
-    corr = step_table(a.round_store, policy, LABELS, base)
+    corr = step_table(a.round_store, policy, tuple(a.labels), base)
     tau = demo_threshold(demos, a.k, a.quantile)
     gap = disagreement(corr, demos, a.k, loo=False)
     rows = []
@@ -73,7 +85,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     lines = [
-        f"| stage | correction/recovery steps | conflicting (> demos' q{a.quantile:.2f} = {tau:.3f}) "
+        f"| stage | {'/'.join(a.labels)} steps | conflicting (> demos' q{a.quantile:.2f} = {tau:.3f}) "
         "| median disagreement |",
         "|---|---|---|---|",
     ]

@@ -4,6 +4,8 @@ are kept, corrections far from every nearby demo action are dropped; the loop re
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +108,27 @@ def test_bad_filter_values_are_one_line_errors(
 def test_the_filter_is_off_by_default() -> None:
     assert not ConflictFilterConfig().enabled
     assert np.isclose(ConflictFilterConfig().quantile, 0.95)
+
+
+def test_bench_script_counts_only_the_labels_asked_for(tmp_path: Path, tiny_run) -> None:
+    """bench/label_conflict.py --labels: the steps it checks are those of the named labels alone."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "label_conflict.py"
+    store = tmp_path / "round"
+    lengths = {"correction": 0, "recovery": 0}
+    with ReplayStore.open(tiny_run["store"]) as src, ReplayStore.create(store, src.spec) as dst:
+        for i, info in enumerate(src.episodes()):
+            ep = src.load(info.id)
+            label = "correction" if i % 2 else "recovery"
+            dst.add_episode(ep.obs, ep.actions, ep.states, [label] * len(ep.actions))
+            lengths[label] += len(ep.actions)
+    counts = {}
+    for labels in (["correction"], ["correction", "recovery"]):
+        out = tmp_path / f"{'_'.join(labels)}.json"
+        cmd = [sys.executable, str(script), "--task", "lift", "--weights", str(tiny_run["train"]),
+               "--demos", str(tiny_run["store"]), "--round-store", str(store), "--k", "3",
+               "--threads", "1", "--labels", *labels, "--out", str(out)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        counts[tuple(labels)] = json.loads(out.read_text())["all_steps"]
+    assert counts[("correction",)] == lengths["correction"] > 0
+    assert counts[("correction", "recovery")] == lengths["correction"] + lengths["recovery"]
