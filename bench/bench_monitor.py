@@ -10,6 +10,10 @@
   episode's own timer around its per-step monitor work).
 * ``stac32_ms``: STAC's cost per control step: the extra inference of 31 more chunk samples at each
   inference step (amortised over ``n_action_steps``) plus its MMD update.
+* ``tide_samples_S_*`` (``--tide-samples S``, ``monitor.tide_samples``): TIDE over the mean of S
+  chunks against one, end to end in the same monitored rollouts with tracking (wall time per control
+  step, inference and physics included), and the extra inference per control step from the
+  batched-sample timing above.
 
 One thread (``torch.set_num_threads(1)``), as monitored episodes use; writes ``--out`` (JSON).
 """
@@ -67,6 +71,36 @@ def _inference_ms(policy, obs: dict, samples: int, reps: int) -> float:
     return 1e3 * (time.perf_counter() - t0) / reps
 
 
+def _wall_ms_per_step(ep: MonitoredEpisode, seeds: range) -> float:
+    steps, t0 = 0, time.perf_counter()
+    for s in seeds:
+        ep.run(s)
+        steps += len(ep.log.scores)
+    return 1e3 * (time.perf_counter() - t0) / max(steps, 1)
+
+
+def _tide_samples(env, policy, lib, seeds: range, samples: int, one_ms: float) -> dict[str, float]:
+    """Monitored rollouts with TIDE over 1 and over ``samples`` chunks, tracking on: wall time per
+    control step each, their ratio, and the extra inference per control step."""
+    if samples < 2:
+        raise SystemExit(f"--tide-samples must be >= 2 to compare with one chunk; got {samples}")
+    out: dict[str, float] = {}
+    for s in (1, samples):
+        monitor = Monitor(TideScore([0, 1, 2, 3], samples=s), None)
+        ep = MonitoredEpisode(
+            env, policy, monitor, CheckpointTracker(lib), RewindConfig(max_rewinds=0),
+            generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+        out[f"tide_samples_{s}_wall_ms_per_step"] = _wall_ms_per_step(ep, seeds)
+    out[f"inference_ms_{samples}_samples"] = _inference_ms(policy, env.reset(seed=0)[0], samples, 20)
+    extra = (out[f"inference_ms_{samples}_samples"] - one_ms) / policy.n_action_steps
+    out[f"tide_samples_{samples}_extra_inference_ms_per_step"] = extra
+    ratio = out[f"tide_samples_{samples}_wall_ms_per_step"] / out["tide_samples_1_wall_ms_per_step"]
+    out[f"tide_samples_{samples}_wall_ratio"] = ratio
+    log.info("tide_samples=%d: %.2fx the wall time per control step of one chunk", samples, ratio)
+    return out
+
+
 def main() -> None:
     """Measure and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -75,6 +109,7 @@ def main() -> None:
     )
     ap.add_argument("--task", default="pick_place")
     ap.add_argument("--episodes", type=int, default=10)
+    ap.add_argument("--tide-samples", type=int, default=4, help="S of monitor.tide_samples to compare")
     ap.add_argument("--out", default="bench/results/monitor.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -106,6 +141,7 @@ def main() -> None:
     res.update(inference_ms_1_sample=one, inference_ms_32_samples=many, n_action_steps=ta)
     res["stac32_ms"] = (many - one) / ta + res["stac32_update_ms"]
     res["stac32_over_tide_plus_tracking"] = res["stac32_ms"] / res["tide_plus_tracking_ms"]
+    res.update(_tide_samples(env, loaded.policy, lib, seeds, args.tide_samples, one))
     log.info(
         "STAC-32 %.3f ms/step = %.0fx TIDE + tracking",
         res["stac32_ms"],
