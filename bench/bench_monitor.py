@@ -26,6 +26,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
@@ -79,7 +80,9 @@ def _wall_ms_per_step(ep: MonitoredEpisode, seeds: range) -> float:
     return 1e3 * (time.perf_counter() - t0) / max(steps, 1)
 
 
-def _tide_samples(env, policy, lib, seeds: range, samples: int, one_ms: float) -> dict[str, float]:
+def _tide_samples(
+    env: Any, policy: Any, lib: Any, seeds: range, samples: int, one_ms: float
+) -> dict[str, float]:
     """Monitored rollouts with TIDE over 1 and over ``samples`` chunks, tracking on: wall time per
     control step each, their ratio, and the extra inference per control step."""
     if samples < 2:
