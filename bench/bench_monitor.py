@@ -85,8 +85,6 @@ def _tide_samples(
 ) -> dict[str, float]:
     """Monitored rollouts with TIDE over 1 and over ``samples`` chunks, tracking on: wall time per
     control step each, their ratio, and the extra inference per control step."""
-    if samples < 2:
-        raise SystemExit(f"--tide-samples must be >= 2 to compare with one chunk; got {samples}")
     out: dict[str, float] = {}
     for s in (1, samples):
         monitor = Monitor(TideScore([0, 1, 2, 3], samples=s), None)
@@ -115,6 +113,8 @@ def main() -> None:
     ap.add_argument("--tide-samples", type=int, default=4, help="S of monitor.tide_samples to compare")
     ap.add_argument("--out", default="bench/results/monitor.json")
     args = ap.parse_args()
+    if args.tide_samples < 2:
+        ap.error(f"--tide-samples must be >= 2 to compare with one chunk; got {args.tide_samples}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     torch.set_num_threads(1)
     run = Path(args.run)
