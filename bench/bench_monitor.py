@@ -50,13 +50,15 @@ from rewind.train.policy_api import load_policy  # noqa: E402
 log = logging.getLogger("bench_monitor")
 
 
-def _per_step_ms(ep: MonitoredEpisode, seeds: range) -> tuple[float, int]:
-    total, calls = 0.0, 0
+def _per_step_ms(ep: MonitoredEpisode, seeds: range) -> tuple[float, int, float]:
+    """Run ``ep`` on ``seeds``: monitor ms per monitor call, the calls, and wall ms per control step."""
+    total, calls, steps, t0 = 0.0, 0, 0, time.perf_counter()
     for s in seeds:
         ep.run(s)
         total += ep.log.monitor_time_s
         calls += ep.log.monitor_calls
-    return 1e3 * total / max(calls, 1), calls
+        steps += len(ep.log.scores)
+    return 1e3 * total / max(calls, 1), calls, 1e3 * (time.perf_counter() - t0) / max(steps, 1)
 
 
 def _inference_ms(policy, obs: dict, samples: int, reps: int) -> float:
@@ -72,14 +74,6 @@ def _inference_ms(policy, obs: dict, samples: int, reps: int) -> float:
     return 1e3 * (time.perf_counter() - t0) / reps
 
 
-def _wall_ms_per_step(ep: MonitoredEpisode, seeds: range) -> float:
-    steps, t0 = 0, time.perf_counter()
-    for s in seeds:
-        ep.run(s)
-        steps += len(ep.log.scores)
-    return 1e3 * (time.perf_counter() - t0) / max(steps, 1)
-
-
 def _tide_samples(
     env: Any, policy: Any, lib: Any, seeds: range, samples: int, one_ms: float
 ) -> dict[str, float]:
@@ -92,7 +86,7 @@ def _tide_samples(
             env, policy, monitor, CheckpointTracker(lib), RewindConfig(max_rewinds=0),
             generator=torch.Generator().manual_seed(0),
         )  # fmt: skip
-        out[f"tide_samples_{s}_wall_ms_per_step"] = _wall_ms_per_step(ep, seeds)
+        out[f"tide_samples_{s}_wall_ms_per_step"] = _per_step_ms(ep, seeds)[2]
     out[f"inference_ms_{samples}_samples"] = _inference_ms(policy, env.reset(seed=0)[0], samples, 20)
     extra = (out[f"inference_ms_{samples}_samples"] - one_ms) / policy.n_action_steps
     out[f"tide_samples_{samples}_extra_inference_ms_per_step"] = extra
@@ -136,7 +130,7 @@ def main() -> None:
         ep = MonitoredEpisode(
             env, loaded.policy, monitor, tracker, RewindConfig(max_rewinds=0), generator=gen
         )
-        res[name], res[f"{name}_steps"] = _per_step_ms(ep, seeds)
+        res[name], res[f"{name}_steps"], _ = _per_step_ms(ep, seeds)
         log.info("%s: %.4f ms per control step", name, res[name])
     obs, _ = env.reset(seed=0)
     one, many = _inference_ms(loaded.policy, obs, 1, 40), _inference_ms(loaded.policy, obs, 32, 20)

@@ -11,8 +11,8 @@ folder of ``bench/base_policies.py``) it runs, each into its own folder under ``
 with P in {none, nudge} and SEED ``--seed`` (10000), and writes ``--out`` (JSON) and ``--table``
 (Markdown): (a) success of the base policy vs with rewind (restore, drive), nominal and perturbed,
 with 95% Wilson intervals and the failure-rate reduction; (b) detectors compared (AUROC, balanced
-accuracy, TPR, FPR, lead time, cost; ``--no-detectors`` skips it). Finished steps (a ``summary.json``) are reused, so an interrupted
-run resumes.
+accuracy, TPR, FPR, lead time, cost; ``--no-detectors`` skips it). Finished steps (a
+``summary.json``) are reused, so an interrupted run resumes.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/monitor_results.py \
         stack3=runs/base_policies/stack3_d100_s10000 pick_place=runs/base_policies/pick_place_d100_s2500
