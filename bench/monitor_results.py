@@ -81,7 +81,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
         folder = base / f"base_{cond}"
         success[f"base_{cond}"] = _seeded(_run([*ev, f"out_dir={folder}"], folder), folder, args.seed)
         # (folder prefix, rewind mode, rewinds per episode)
-        modes = [("restore", "restore", args.max_rewinds), ("drive", "drive", args.max_rewinds)]
+        modes = [(m, m, args.max_rewinds) for m in args.modes]
         if args.paired:  # the monitored runner with rewinds off: the same noise streams, alarms logged only
             modes.append(("norewind", "restore", 0))
         for prefix, mode, budget in modes:
@@ -92,6 +92,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
                 f"monitor.calibration={base / 'cal'}",
                 f"rewind={mode}",
                 f"rewind.max_rewinds={budget}",
+                *([f"rewind.backtrack_after={args.backtrack_after}"] if budget else []),
                 f"out_dir={base / name}",
             ]
             success[name] = _seeded(_run(cmd, base / name), base / name, args.seed)
@@ -162,10 +163,14 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
         s = r["success"]
         for cond in CONDITIONS:
             ref = s.get(f"norewind_{cond}")
-            if ref is None or any(s.get(f"{m}_{cond}") is None for m in ("restore", "drive")):
+            if ref is None or s.get(f"restore_{cond}") is None:
                 continue
             cells, cuts = [], []
             for m in ("restore", "drive"):
+                if s.get(f"{m}_{cond}") is None:  # --modes restore
+                    cells.append("-")
+                    cuts.append(float("nan"))
+                    continue
                 fixed, broken = _paired(ref, s[f"{m}_{cond}"])
                 cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
                 cuts.append(_cut(ref, s[f"{m}_{cond}"]))
@@ -186,12 +191,14 @@ def tables(rows: list[dict[str, Any]], episodes: int = 50, seed: int = 10000) ->
     for r in rows:
         for cond in CONDITIONS:
             s = r["success"]
-            if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore", "drive")):
+            if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore")):
                 continue
-            cuts = [_cut(s[f"base_{cond}"], s[f"{m}_{cond}"]) for m in ("restore", "drive")]
+            drive = s.get(f"drive_{cond}")  # None under --modes restore
+            cuts = [_cut(s[f"base_{cond}"], s[f"restore_{cond}"])]
+            cuts.append(float("nan") if drive is None else _cut(s[f"base_{cond}"], drive))
             out.append(
                 f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
-                f"{_cell(s[f'drive_{cond}'])} | {_cuts(cuts)} |"
+                f"{'-' if drive is None else _cell(drive)} | {_cuts(cuts)} |"
             )
     out += paired_table(rows)
     if all(r["detectors"] is None for r in rows):
@@ -230,6 +237,19 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=10000, help="first evaluation seed")
     ap.add_argument("--cal-episodes", type=int, default=60)
     ap.add_argument("--max-rewinds", type=int, default=3)
+    ap.add_argument(
+        "--backtrack-after",
+        type=int,
+        default=0,
+        help="rewind.backtrack_after of the rewind runs (0: always the latest checkpoint)",
+    )
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["restore", "drive"],
+        default=["restore", "drive"],
+        help="rewind modes to run (the tables show '-' for one left out)",
+    )
     ap.add_argument("--stac-samples", type=int, default=32)
     ap.add_argument(
         "--overrides", nargs="*", default=[], help="extra overrides for every command (monitor.*)"

@@ -62,6 +62,9 @@ class RewindConfig:
         drive_pos_tol: position tolerance (m) at which a ``drive`` rewind has arrived.
         drive_yaw_tol: yaw tolerance (rad) at which a ``drive`` rewind has arrived (robosuite envs:
             the angle of the whole orientation error).
+        backtrack_after: after this many automatic rewinds in a row to the same reached checkpoint
+            (no newer one reached in between), the next goes one checkpoint further back, and so on
+            down to the episode start; ``0`` (default, Rewind-IL's rule): always the latest.
     """
 
     mode: str = "restore"
@@ -70,10 +73,12 @@ class RewindConfig:
     drive_max_steps: int = 40
     drive_pos_tol: float = 0.005
     drive_yaw_tol: float = 0.05
+    backtrack_after: int = 0
 
     def __post_init__(self) -> None:
         check_rewind_mode(self.mode, "rewind.mode")
         check_range("rewind.max_rewinds", self.max_rewinds, 0)
+        check_range("rewind.backtrack_after", self.backtrack_after, 0)
         check_range("rewind.drive_max_steps", self.drive_max_steps, 1)
         require(
             self.drive_pos_tol > 0 and self.drive_yaw_tol > 0,
@@ -315,7 +320,7 @@ class MonitoredEpisode:
         if target is not None and not -len(cps) <= target < len(cps):
             names = ", ".join(f"{i}: {c.name}" for i, c in enumerate(cps))
             raise ValueError(f"rewind target {target} is not a reached checkpoint; reached: {names}")
-        cp = cps[-1 if target is None else target]
+        cp = cps[self.auto_rewind_target() if target is None else target]
         plan = RewindPlan(cp, mode, self.step_count)
         if mode == "restore":
             self._rewindable.restore(cp.snapshot)
@@ -327,6 +332,24 @@ class MonitoredEpisode:
         else:
             plan.grip_closed = float(cp.obs["gripper"][0]) < float(self.obs["gripper"][0]) - 0.005
         return plan
+
+    def auto_rewind_target(self) -> int:
+        """Index into :attr:`checkpoints` of a rewind with no target: the latest reached, or with
+        ``rewind.backtrack_after = N > 0`` the one before it once the last ``N`` rewinds all went
+        to the latest (retries from a checkpoint that keep failing go further back)."""
+        cps = self.checkpoints
+        latest, n = len(cps) - 1, self.cfg.backtrack_after
+        if n == 0 or latest == 0:
+            return latest
+        key = (cps[-1].name, cps[-1].step)
+        run = 0
+        for ev in reversed(self.log.events):
+            if ev["kind"] != "rewind":
+                continue
+            if (ev["checkpoint"], ev["checkpoint_step"]) != key:
+                break
+            run += 1
+        return latest - 1 if run >= n else latest
 
     def drive_action(self, plan: RewindPlan) -> np.ndarray | None:
         """The next step of a ``drive`` rewind toward the checkpoint's pose and finger command, or

@@ -74,18 +74,24 @@ def build_tiny_monitor(tiny_run: dict[str, Path], root: Path) -> TinyMonitor:
 
 
 def run_tiny_monitored(
-    tiny: TinyMonitor, envs: Any, mode: str, seeds: Sequence[int], store: Any = None, **kwargs: Any
+    tiny: TinyMonitor,
+    envs: Any,
+    mode: str,
+    seeds: Sequence[int],
+    store: Any = None,
+    rewind: RewindConfig | None = None,
+    **kwargs: Any,
 ) -> tuple[list, list]:
     """:func:`~rewind.monitor.rollouts.run_monitored` of ``tiny``'s policy and monitor on ``envs``:
     checkpoint tracking that matches easily, rewinds in ``mode`` (at most 2, drives of at most 10
-    steps), noise seed 7, no progress bar; ``kwargs`` go to ``run_monitored``. Returns the records
-    (``monitor_ms`` zeroed: a timing) and the score traces."""
+    steps; ``rewind`` replaces these settings), noise seed 7, no progress bar; ``kwargs`` go to
+    ``run_monitored``. Returns the records (``monitor_ms`` zeroed: a timing) and the score traces."""
     records, traces = run_monitored(
         envs,
         tiny.loaded,
         tiny.monitor,
         CheckpointTracker(tiny.library, min_similarity=0.0, patience=1),
-        RewindConfig(mode=mode, max_rewinds=2, drive_max_steps=10),
+        rewind or RewindConfig(mode=mode, max_rewinds=2, drive_max_steps=10),
         seeds,
         7,
         store,

@@ -55,6 +55,32 @@ def test_a_batch_of_8_equals_the_sequential_runner(tiny_monitor, mode) -> None:
         assert any(e["drive_steps"] > 0 for e in rewinds) and any(r.operator_steps for r in records)
 
 
+def test_backtracking_rewinds_are_the_same_batched_and_sequential(tiny_monitor) -> None:
+    cfg = RewindConfig(max_rewinds=6, backtrack_after=1)
+    envs1, envs8 = _envs(1), _envs(8)
+    try:
+        seq, seq_traces = run_tiny_monitored(tiny_monitor, envs1, "restore", SEEDS, rewind=cfg)
+        bat, traces = run_tiny_monitored(tiny_monitor, envs8, "restore", SEEDS, rewind=cfg)
+    finally:
+        for env in envs1 + envs8:
+            env.close()
+    assert bat == seq and traces == seq_traces
+
+    def backtracked(events: list[dict]) -> bool:
+        """A rewind to an older checkpoint than the one before it, no checkpoint reached between."""
+        last = None
+        for e in events:
+            if e["kind"] == "checkpoint":
+                last = None
+            elif e["kind"] == "rewind":
+                if last is not None and e["checkpoint_step"] < last:
+                    return True
+                last = e["checkpoint_step"]
+        return False
+
+    assert any(backtracked(r.events) for r in bat)
+
+
 def test_episodes_end_at_different_ticks_and_the_batch_refills(tiny_monitor) -> None:
     class Starts:
         def __init__(self) -> None:

@@ -56,3 +56,20 @@ def test_paired_table_counts_fixed_broken_and_alarmed_episodes() -> None:
     assert cells[3] == "1 / 2, 1 / 2"  # alarmed: failures, successes
     assert cells[4].endswith("(1 / 1)") and cells[5].endswith("(0 / 0)")
     assert row.endswith("| +0% / +0% |")
+
+
+def test_restore_only_runs_leave_the_drive_cells_empty() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from monitor_results import paired_table, tables
+    finally:
+        sys.path.remove(str(BENCH))
+    ref = _records([(False, 2), (False, 1), (True, 0), (True, 0)])
+    restore = _records([(True, 1), (False, 2), (True, 0), (True, 0)])  # fixes seed 0
+    success = {"base_none": ref, "norewind_none": ref, "restore_none": restore}  # --modes restore
+    text = tables([{"task": "stack3", "success": success, "detectors": None}], episodes=4)
+    rows = [line for line in text.splitlines() if line.startswith("| stack3 | none")]
+    assert len(rows) == 2 and "nan" not in text
+    assert rows[0].endswith("| 75% [0.75, 0.75] | - | +50% / - |")
+    paired = next(line for line in paired_table([{"task": "stack3", "success": success}]) if "| none" in line)
+    assert paired.endswith("(1 / 0) | - | +50% / - |")

@@ -124,6 +124,56 @@ def test_rewind_to_a_chosen_checkpoint(parts) -> None:
         ep.rewind(target=5)
 
 
+def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
+    """An episode with checkpoint ``a`` reached at step 6 by hand (the library's only one)."""
+    lib = CheckpointLibrary(
+        ["a"],
+        np.ones((1, loaded.policy.feature_dim), np.float32),
+        np.zeros(loaded.policy.feature_dim, np.float32),
+        "stage",
+        loaded.weights_hash,
+        [1],
+    )
+    tracker = CheckpointTracker(lib)
+    ep = MonitoredEpisode(env, loaded.policy, None, tracker, cfg)
+    ep.reset(1)
+    for _ in range(6):
+        ep.policy_step()
+    obs = {k: v.copy() for k, v in ep.obs.items()}
+    tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), obs))
+    return ep, tracker
+
+
+def _retries(ep, n: int) -> list[tuple[str, int]]:
+    """``n`` automatic rewinds, each after 3 policy steps: (checkpoint, step count after it)."""
+    out = []
+    for _ in range(n):
+        for _ in range(3):
+            ep.policy_step()
+        ev = ep.rewind()
+        out.append((ev["checkpoint"], ep.step_count))
+    return out
+
+
+def test_backtrack_after_n_retries_goes_one_checkpoint_further_back(parts) -> None:
+    env, loaded = parts
+    ep, tracker = _one_checkpoint_episode(env, loaded, RewindConfig(backtrack_after=2))
+    assert _retries(ep, 4) == [("a", 6), ("a", 6), ("start", 0), ("start", 0)]
+    assert [c.name for c in tracker.reached] == ["start"]  # the backtrack forgot `a`
+    # a checkpoint reached anew starts its own count
+    obs = {k: v.copy() for k, v in ep.obs.items()}
+    tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), obs))
+    assert ep.auto_rewind_target() == 1
+    # Rewind-IL's rule (the default): always the latest
+    ep, _ = _one_checkpoint_episode(env, loaded, RewindConfig())
+    assert _retries(ep, 4) == [("a", 6)] * 4
+
+
+def test_backtrack_after_refuses_a_negative_count() -> None:
+    with pytest.raises(Exception, match="rewind.backtrack_after"):
+        RewindConfig(backtrack_after=-1)
+
+
 def test_recording_commits_labels_atomically(parts, tmp_path) -> None:
     env, loaded = parts
     from rewind.store import store_spec_for
