@@ -47,7 +47,7 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "baseline",
     ),
     "ddim_eta1": (
-        "DDIM-10 with eta 1 (noise at every step, as DDPM) instead of eta 0 (eval ddim_eta)",
+        "DDIM-10 with eta 1 at evaluation (noise at every step, as DDPM); policies trained since 2026-12-05 sample so by default",
         [],
         ["ddim_eta=1.0"],
         "baseline",
@@ -56,6 +56,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "DDPM-100, executing 4 actions per chunk",
         [],
         ["sampler=ddpm", "n_action_steps=4"],
+        "baseline",
+    ),
+    "ddim_eta1_act4": (
+        "DDIM-10 with eta 1, executing 4 actions per chunk",
+        [],
+        ["ddim_eta=1.0", "n_action_steps=4"],
+        "baseline",
+    ),
+    "ddim_eta1_act2": (
+        "DDIM-10 with eta 1, executing 2 actions per chunk",
+        [],
+        ["ddim_eta=1.0", "n_action_steps=2"],
         "baseline",
     ),
     "batch64": (
