@@ -98,32 +98,6 @@ def test_library_similarity_peaks_at_the_labelled_step(parts, tiny_run) -> None:
     assert abs(int(np.argmax(sims)) - label) <= 3 and max(sims) > 0
 
 
-def test_rewind_to_a_chosen_checkpoint(parts) -> None:
-    env, loaded = parts
-    lib = CheckpointLibrary(
-        ["a"],
-        np.ones((1, loaded.policy.feature_dim), np.float32),
-        np.zeros(loaded.policy.feature_dim, np.float32),
-        "stage",
-        loaded.weights_hash,
-        [1],
-    )
-    tracker = CheckpointTracker(lib)
-    ep = MonitoredEpisode(env, loaded.policy, None, tracker, RewindConfig())
-    ep.reset(1)
-    for _ in range(6):
-        ep.policy_step()
-    snap_obs = {k: v.copy() for k, v in ep.obs.items()}
-    tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), snap_obs))
-    for _ in range(5):
-        ep.policy_step()
-    ev = ep.rewind(target=1)
-    assert ev["checkpoint"] == "a" and ep.step_count == 6
-    assert all(np.array_equal(ep.obs[k], snap_obs[k]) for k in snap_obs)
-    with pytest.raises(ValueError, match="0: start, 1: a"):
-        ep.rewind(target=5)
-
-
 def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
     """An episode with checkpoint ``a`` reached at step 6 by hand (the library's only one)."""
     lib = CheckpointLibrary(
@@ -142,6 +116,19 @@ def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
     obs = {k: v.copy() for k, v in ep.obs.items()}
     tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), obs))
     return ep, tracker
+
+
+def test_rewind_to_a_chosen_checkpoint(parts) -> None:
+    env, loaded = parts
+    ep, tracker = _one_checkpoint_episode(env, loaded, RewindConfig())
+    snap_obs = tracker.reached[-1].obs
+    for _ in range(5):
+        ep.policy_step()
+    ev = ep.rewind(target=1)
+    assert ev["checkpoint"] == "a" and ep.step_count == 6
+    assert all(np.array_equal(ep.obs[k], snap_obs[k]) for k in snap_obs)
+    with pytest.raises(ValueError, match="0: start, 1: a"):
+        ep.rewind(target=5)
 
 
 def _retries(ep, n: int) -> list[tuple[str, int]]:
