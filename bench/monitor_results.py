@@ -6,6 +6,8 @@ folder of ``bench/base_policies.py``) it runs, each into its own folder under ``
     rewind-calibrate policy_path=RUN/train env=TASK data_path=RUN/store monitor=tide out_dir=.../cal
     rewind-eval policy_path=RUN/train env=TASK episodes=N seed=SEED perturb=P out_dir=.../base_P
     rewind-eval ... monitor=tide monitor.calibration=.../cal rewind=restore|drive out_dir=.../MODE_P
+        (rewind.max_rewinds ``--max-rewinds``, rewind.backtrack_after ``--backtrack-after``; the
+        modes run: ``--modes``, both by default)
     rewind-monitor-eval policy_path=RUN/train env=TASK data_path=RUN/store out_dir=.../detectors
 
 with P in {none, nudge} and SEED ``--seed`` (10000), and writes ``--out`` (JSON) and ``--table``
