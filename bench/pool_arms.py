@@ -7,7 +7,9 @@ For round ``R`` of every loop in ``--loop`` (a ``bench/loop_result.py`` file), t
 seed and in all, and the difference in points. Nothing is run; the numbers are the files' own.
 ``--deployed`` pools what each arm deployed after round ``R`` instead (a candidate the gate rejected
 is replaced by the policy it kept; name that policy's held-out run, e.g. from round ``R - 1``, whose
-file may be passed as a second ``--heldout``).
+file may be passed as a second ``--heldout``). ``--control-loop`` takes the control arm from another
+loop file, run for run (loops run with ``control=false`` whose control, the demos-only retraining of
+the same loop seed, another loop already ran; the loop seeds must match).
 
     .venv/bin/python bench/pool_arms.py --loop bench/results/issue12_loop_stack3_rac_fs_refit.json --round 2 \\
         --heldout bench/results/heldout_stack3_rac_fs_refit_r2.json \\
@@ -30,19 +32,33 @@ from rewind.utils.stats import wilson_interval
 log = logging.getLogger("bench")
 
 
-def _candidates(run: dict[str, Any], r: int, deployed: bool = False) -> tuple[float, float]:
-    """Round ``r``'s main and control candidates' (or deployed policies') success rates on the
-    evaluation seeds."""
-    rounds = {x["round"]: x for x in run["summary"]["rounds"]}
-    if r not in rounds or r == 0:
-        raise SystemExit(f"{run['out_dir']} has no round {r} (rounds: {sorted(rounds)})")
-    x = rounds[r]
+def _seed(run: dict[str, Any]) -> str | None:
+    """The loop seed on a run's command line (``None`` when it is not there)."""
+    return next(
+        (t.split("=", 1)[1] for t in run.get("command_line", "").split() if t.startswith("seed=")), None
+    )
 
-    def candidate(prefix: str) -> float | None:  # a rejected candidate's own result, else the deployed one
+
+def _candidates(
+    run: dict[str, Any], r: int, deployed: bool = False, control_run: dict[str, Any] | None = None
+) -> tuple[float, float]:
+    """Round ``r``'s main and control candidates' (or deployed policies') success rates on the
+    evaluation seeds; the control from ``control_run`` when given."""
+
+    def candidate(arm_run: dict[str, Any], prefix: str) -> float | None:
+        rounds = {x["round"]: x for x in arm_run["summary"]["rounds"]}
+        if r not in rounds or r == 0:
+            raise SystemExit(f"{arm_run['out_dir']} has no round {r} (rounds: {sorted(rounds)})")
+        x = rounds[r]  # a rejected candidate's own result, else the deployed one
         rejected = None if deployed else x.get(f"{prefix}candidate_success")
         return rejected if rejected is not None else x[f"{prefix}success" if prefix else "success_rate"]
 
-    main, ctl = candidate(""), candidate("control_")
+    if control_run is not None and _seed(control_run) != _seed(run):
+        raise SystemExit(
+            f"--control-loop run {control_run['out_dir']} has loop seed {_seed(control_run)}, "
+            f"{run['out_dir']} has {_seed(run)}: list the loops in the same order"
+        )
+    main, ctl = candidate(run, ""), candidate(control_run or run, "control_")
     if ctl is None:
         raise SystemExit(f"{run['out_dir']} round {r} has no control arm (run the loop with control=true)")
     return main, ctl
@@ -55,6 +71,11 @@ def _arm(k: int, n: int) -> dict[str, Any]:
 def pool(args: argparse.Namespace) -> dict[str, Any]:
     """Per loop seed and pooled: successes of each arm; the difference in points."""
     runs = json.loads(args.loop.read_text())["runs"]
+    ctl_runs = json.loads(args.control_loop.read_text())["runs"] if args.control_loop else [None] * len(runs)
+    if len(ctl_runs) != len(runs):
+        raise SystemExit(
+            f"--control-loop has {len(ctl_runs)} loops, --loop {len(runs)}: one control per loop"
+        )
     held: dict[str, Any] = {}
     for path in args.heldout:
         for name, res in json.loads(path.read_text())["results"].items():
@@ -70,8 +91,10 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
         if missing:
             raise SystemExit(f"{missing} not in {[str(p) for p in args.heldout]} (names: {sorted(held)})")
     per_seed, tot = [], {"main": [0, 0], "control": [0, 0]}
-    for i, run in enumerate(runs):
-        rates = dict(zip(("main", "control"), _candidates(run, args.round, args.deployed), strict=True))
+    for i, (run, ctl_run) in enumerate(zip(runs, ctl_runs, strict=True)):
+        rates = dict(
+            zip(("main", "control"), _candidates(run, args.round, args.deployed, ctl_run), strict=True)
+        )
         row: dict[str, Any] = {"out_dir": run["out_dir"]}
         for arm, rate in rates.items():
             k, n = round(rate * args.eval_episodes), args.eval_episodes
@@ -87,6 +110,7 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
     pooled["difference_points"] = 100 * (pooled["main"]["success"] - pooled["control"]["success"])
     return {
         "loop": str(args.loop),
+        "control_loop": str(args.control_loop) if args.control_loop else None,
         "heldout": [str(p) for p in args.heldout],
         "round": args.round,
         "arms": "deployed" if args.deployed else "candidates",
@@ -100,6 +124,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--loop", type=Path, required=True, help="a bench/loop_result.py file")
     p.add_argument("--round", type=int, required=True)
+    p.add_argument(
+        "--control-loop",
+        type=Path,
+        default=None,
+        help="take the control arm from this loop file, run for run",
+    )
     p.add_argument("--eval-episodes", type=int, default=100, help="the loops' eval.episodes")
     p.add_argument("--heldout", type=Path, nargs="*", default=[], help="bench/heldout_eval.py files (merged)")
     p.add_argument("--deployed", action="store_true", help="each arm's deployed policy, not its candidate")

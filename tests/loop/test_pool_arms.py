@@ -109,3 +109,32 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     clash = subprocess.run([*base, str(tmp_path / "h3.json"), "--main", "m_r1", "--control", "c_r2"],
                            capture_output=True, text=True)  # fmt: skip
     assert clash.returncode != 0 and "m_r1 is in two --heldout files" in clash.stderr
+
+
+def test_control_loop_supplies_the_control_arm_and_checks_the_seeds(tmp_path: Path) -> None:
+    def run(seed: int, main: float, ctl: float | None) -> dict:
+        rnd = {"round": 1, "success_rate": main, "candidate_success": main, "control_success": ctl,
+               "control_candidate_success": ctl}  # fmt: skip
+        return {
+            "out_dir": f"l{seed}",
+            "command_line": f"rewind-loop seed={seed}",
+            "summary": {"rounds": [rnd]},
+        }
+
+    (tmp_path / "nc.json").write_text(json.dumps({"runs": [run(0, 0.5, None), run(1, 0.6, None)]}))
+    (tmp_path / "c.json").write_text(json.dumps({"runs": [run(0, 0.9, 0.3), run(1, 0.9, 0.4)]}))
+    base = [sys.executable, str(SCRIPT), "--loop", str(tmp_path / "nc.json"), "--round", "1"]
+    out = ["--out", str(tmp_path / "p.json")]
+    proc = subprocess.run(base + out, capture_output=True, text=True)
+    assert proc.returncode != 0 and "has no control arm" in proc.stderr
+    proc = subprocess.run(
+        base + ["--control-loop", str(tmp_path / "c.json"), *out], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    pooled = json.loads((tmp_path / "p.json").read_text())["pooled"]
+    assert pooled["main"]["successes"] == 110 and pooled["control"]["successes"] == 70
+    (tmp_path / "c.json").write_text(json.dumps({"runs": [run(1, 0.9, 0.4), run(0, 0.9, 0.3)]}))
+    proc = subprocess.run(
+        base + ["--control-loop", str(tmp_path / "c.json"), *out], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "loop seed 1" in proc.stderr
