@@ -47,7 +47,8 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         "baseline",
     ),
     "ddim_eta1": (
-        "DDIM-10 with eta 1 at evaluation (noise at every step, as DDPM); policies trained since 2026-12-05 sample so by default",
+        "DDIM-10 with eta 1 at evaluation (noise at every step, as DDPM); "
+        "policies trained since 2026-12-05 sample so by default",
         [],
         ["ddim_eta=1.0"],
         "baseline",

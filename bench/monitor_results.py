@@ -266,6 +266,8 @@ def main() -> None:
         help="also run the monitor with rewinds off (norewind_P) and tabulate the paired effect per seed",
     )
     args = ap.parse_args()
+    if args.backtrack_after < 0 or args.max_rewinds < 0:
+        ap.error("--backtrack-after and --max-rewinds must be >= 0")
     global NO_RUN
     NO_RUN = args.no_run
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
