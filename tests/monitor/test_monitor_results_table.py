@@ -9,16 +9,22 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+def _bench_tables():
+    """``paired_table`` and ``tables`` of bench/monitor_results.py (bench/ is not a package)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from monitor_results import paired_table, tables
+    finally:
+        sys.path.remove(str(BENCH))
+    return paired_table, tables
+
+
 def _summary(rate: float) -> dict:
     return {"success_rate": rate, "success_ci95": [rate, rate], "records": []}
 
 
 def test_failure_cut_and_a_reference_without_failures() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        from monitor_results import tables
-    finally:
-        sys.path.remove(str(BENCH))
+    _, tables = _bench_tables()
     success = {
         "base_none": _summary(1.0),
         "restore_none": _summary(1.0),
@@ -40,11 +46,7 @@ def _records(outcomes: list[tuple[bool, int]]) -> dict:
 
 
 def test_paired_table_counts_fixed_broken_and_alarmed_episodes() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        from monitor_results import paired_table
-    finally:
-        sys.path.remove(str(BENCH))
+    paired_table, _ = _bench_tables()
     # reference: seeds 0, 1 fail (0 alarmed), 2, 3 succeed (3 alarmed)
     ref = _records([(False, 2), (False, 0), (True, 0), (True, 1)])
     restore = _records([(True, 1), (False, 0), (True, 0), (False, 3)])  # fixes seed 0, breaks seed 3
@@ -59,11 +61,7 @@ def test_paired_table_counts_fixed_broken_and_alarmed_episodes() -> None:
 
 
 def test_restore_only_runs_leave_the_drive_cells_empty() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        from monitor_results import paired_table, tables
-    finally:
-        sys.path.remove(str(BENCH))
+    paired_table, tables = _bench_tables()
     ref = _records([(False, 2), (False, 1), (True, 0), (True, 0)])
     restore = _records([(True, 1), (False, 2), (True, 0), (True, 0)])  # fixes seed 0
     success = {"base_none": ref, "norewind_none": ref, "restore_none": restore}  # --modes restore
