@@ -12,6 +12,9 @@ Rewind: every wrapper has ``snapshot()``/``restore()``. A :class:`PerturbationSn
 inner env's snapshot plus the wrapper's own step counter, schedule and generator state, so restoring
 it and replaying the same actions reproduces the same perturbations bit-exactly (including a slip in
 progress: the finger friction scale is part of the base :class:`~rewind.envs.core.snapshot.SimSnapshot`).
+A nudge can instead persist through a restore (``ObjectNudge(on_restore="persist")``): a restore to a
+moment before it fired puts the object where the nudge left it, at once, and the nudge does not fire
+again, as a person's push on a real robot happens once and stays.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from rewind.config import check_range, require
+from rewind.config import check_choice, check_range, require
 from rewind.envs.core.base import WORKSPACE_HIGH, WORKSPACE_LOW, TaskEnv
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,10 @@ log = logging.getLogger(__name__)
 PENETRATION_TOL = 0.003
 #: Objects are kept this far inside the table edge (m) by nudges.
 TABLE_HALF = 0.3
+#: What a restore to a moment before a nudge does to it: ``refire`` (the simulator's past comes back
+#: with its schedule: the nudge fires again at its step) or ``persist`` (the displacement stays: it is
+#: applied at the restore and never fires again).
+NUDGE_ON_RESTORE = ("refire", "persist")
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,8 @@ class PerturbationWrapper(gym.Wrapper):
 class ObjectNudge(PerturbationWrapper):
     """Once per episode (with probability ``prob``), slide a random object that is not held by
     ``magnitude`` x U(0.5, 1) metres in a random direction on the table, as a person's nudge would.
-    A nudge that would push the object into something is tried the opposite way, then dropped."""
+    A nudge that would push the object into something is tried the opposite way, then dropped.
+    ``on_restore``: what a restore to a moment before the nudge does (:data:`NUDGE_ON_RESTORE`)."""
 
     kind = "object_nudge"
 
@@ -209,10 +217,19 @@ class ObjectNudge(PerturbationWrapper):
         window: tuple[int, int] = (5, 60),
         magnitude: float = 0.03,
         seed: int | None = None,
+        on_restore: str = "refire",
     ):
         super().__init__(env, prob, window, seed)
         _check_positive("ObjectNudge.magnitude", magnitude)
-        self.magnitude = float(magnitude)
+        check_choice("ObjectNudge.on_restore", on_restore, NUDGE_ON_RESTORE)
+        self.magnitude, self.on_restore = float(magnitude), on_restore
+        # The nudge this episode has had, in wall time (not part of any snapshot), and a persisted
+        # nudge's report for the next step's info.
+        self._applied: tuple[str, np.ndarray] | None = None
+        self._pending: dict[str, Any] | None = None
+
+    def _reset_extra(self) -> None:
+        self._applied, self._pending = None, None
 
     def _fire(self) -> dict[str, Any] | None:
         env = self.base
@@ -226,8 +243,34 @@ class ObjectNudge(PerturbationWrapper):
             p = env.object_pos(name)
             d = np.clip(p[:2] + d[:2], -TABLE_HALF, TABLE_HALF) - p[:2]
             if apply_if_clear(env, lambda d=d: env.nudge_object(name, d)):
+                self._applied = (name, d.copy())
                 return {"object": name, "delta": [float(d[0]), float(d[1])]}
+        self._applied = (name, np.zeros(2))
         return {"object": name, "delta": [0.0, 0.0], "blocked": True}
+
+    def _tick(self) -> dict[str, Any] | None:
+        if self._pending is not None:  # a nudge persisted by the last restore: reported on this step
+            report, self._pending = self._pending, None
+            return report
+        return super()._tick()
+
+    def restore(self, snap: PerturbationSnapshot) -> None:
+        """Restore the inner env and this wrapper to ``snap``; with ``on_restore="persist"`` a nudge
+        that fired after ``snap`` is applied again now (same object, same displacement) and is done."""
+        super().restore(snap)
+        self._pending = None
+        if self.on_restore != "persist" or self._applied is None or self._done:
+            return
+        self._done = True
+        name, d = self._applied
+        env = self.base
+        report: dict[str, Any] = {"type": self.kind, "step": self._t, "object": name, "persisted": True}
+        kept = bool(d.any()) and name not in held_objects(env)
+        kept = kept and apply_if_clear(env, lambda: env.nudge_object(name, d))
+        report["delta"] = [float(d[0]), float(d[1])] if kept else [0.0, 0.0]
+        if not kept:
+            report["blocked"] = True
+        self._pending = report
 
 
 class GripperPush(PerturbationWrapper):
@@ -321,12 +364,14 @@ class PerturbationConfig:
     """Which perturbation wrappers to add and how (all off by default).
 
     Windows are inclusive ``(start, end)`` step indices; magnitudes are metres; ``slip_scale`` is the
-    finger-friction multiplier during a slip of ``slip_duration`` steps.
+    finger-friction multiplier during a slip of ``slip_duration`` steps; ``nudge_on_restore`` is what
+    a ``restore`` rewind to a moment before the nudge does (:data:`NUDGE_ON_RESTORE`).
     """
 
     nudge_prob: float = 0.0
     nudge_window: tuple[int, int] = (5, 60)
     nudge_magnitude: float = 0.03
+    nudge_on_restore: str = "refire"
     slip_prob: float = 0.0
     slip_window: tuple[int, int] = (10, 150)
     slip_scale: float = 0.05
@@ -349,6 +394,7 @@ class PerturbationConfig:
             raise ValueError(f"slip_scale must be in [0, 1); got {self.slip_scale}")
         if self.slip_duration < 1:
             raise ValueError(f"slip_duration must be >= 1; got {self.slip_duration}")
+        check_choice("nudge_on_restore", self.nudge_on_restore, NUDGE_ON_RESTORE)
 
     @property
     def enabled(self) -> bool:
@@ -359,7 +405,9 @@ class PerturbationConfig:
 def apply_perturbations(env: gym.Env, cfg: PerturbationConfig) -> gym.Env:
     """Wrap ``env`` with the perturbation wrappers that ``cfg`` enables (none: ``env`` is returned)."""
     if cfg.nudge_prob > 0:
-        env = ObjectNudge(env, cfg.nudge_prob, cfg.nudge_window, cfg.nudge_magnitude)
+        env = ObjectNudge(
+            env, cfg.nudge_prob, cfg.nudge_window, cfg.nudge_magnitude, on_restore=cfg.nudge_on_restore
+        )
     if cfg.slip_prob > 0:
         env = GraspSlip(env, cfg.slip_prob, cfg.slip_window, cfg.slip_scale, cfg.slip_duration)
     if cfg.push_prob > 0:

@@ -102,7 +102,8 @@ class Monitor:
 def rewindable(env: gym.Env) -> Any:
     """The outermost layer of ``env`` with ``snapshot()``/``restore()``: perturbation wrappers
     snapshot their schedule with the simulator, so a restore also returns to the same moment of the
-    perturbation schedule (a perturbation that fired after the checkpoint fires again)."""
+    perturbation schedule (a perturbation that fired after the checkpoint fires again, but a nudge
+    with ``on_restore="persist"``, which stays applied)."""
     e = env
     while not hasattr(type(e), "snapshot"):
         if not hasattr(e, "env"):

@@ -7,6 +7,7 @@ import pytest
 from helpers.envs import obs_equal
 
 import rewind.envs as renvs
+from rewind.envs.config import perturbation_config
 from rewind.envs.core.base import ACT_DIM
 from rewind.envs.wrappers import (
     GraspSlip,
@@ -183,3 +184,54 @@ def test_restore_rejects_foreign_snapshot() -> None:
     env.reset(seed=0)
     with pytest.raises(TypeError, match="PerturbationSnapshot"):
         env.restore(env.unwrapped.snapshot())
+
+
+def _nudged_run(on_restore: str) -> tuple[ObjectNudge, object, np.ndarray, list]:
+    """Lift with a nudge at step 3: snapshot at step 1, run past the nudge, restore; the env, the
+    snapshot, the cube's position just after the nudge, and the reports of steps 1..5."""
+    env = ObjectNudge(renvs.make_env("lift"), prob=1.0, window=(3, 3), magnitude=0.04, on_restore=on_restore)
+    env.reset(seed=1)
+    env.step(np.zeros(ACT_DIM))
+    snap = env.snapshot()
+    reports = []
+    for t in range(1, 6):
+        reports.append(env.step(np.zeros(ACT_DIM))[4].get("perturbation"))
+        if t == 3:
+            nudged = env.unwrapped.object_pos("cube").copy()
+    return env, snap, nudged, reports
+
+
+def test_nudge_refires_after_a_restore_by_default() -> None:
+    env, snap, nudged, first = _nudged_run("refire")
+    env.restore(snap)
+    assert not np.allclose(env.unwrapped.object_pos("cube")[:2], nudged[:2])  # the past came back
+    again = [env.step(np.zeros(ACT_DIM))[4].get("perturbation") for _ in range(5)]
+    assert again == first and first[2][0]["step"] == 3  # fires again, at the same step
+
+
+def test_nudge_persists_through_a_restore() -> None:
+    env, snap, nudged, first = _nudged_run("persist")
+    start = env.unwrapped.object_pos("cube").copy()
+    env.restore(snap)
+    restored = env.unwrapped.object_pos("cube").copy()
+    # the cube is where the nudge left it (the nudge's displacement from its position at the snapshot)
+    assert np.linalg.norm(restored[:2] - nudged[:2]) < 2e-3
+    assert np.linalg.norm(restored[:2] - start[:2]) < 2e-3
+    reports = [env.step(np.zeros(ACT_DIM))[4].get("perturbation") for _ in range(5)]
+    (rep,) = reports[0]
+    assert rep["persisted"] and rep["object"] == "cube" and rep["delta"] == first[2][0]["delta"]
+    assert reports[1:] == [None] * 4  # it does not fire again
+    env.restore(snap)  # a second restore: persisted again, still once per restore
+    assert np.linalg.norm(env.unwrapped.object_pos("cube")[:2] - nudged[:2]) < 2e-3
+    env.reset(seed=1)  # a new episode forgets it: the nudge fires on schedule again
+    reports = [env.step(np.zeros(ACT_DIM))[4].get("perturbation") for _ in range(5)]
+    assert reports[3] is not None and "persisted" not in reports[3][0]
+
+
+def test_nudge_on_restore_is_checked() -> None:
+    with pytest.raises(ValueError, match="on_restore"):
+        ObjectNudge(renvs.make_env("lift"), prob=1.0, on_restore="undo")
+    with pytest.raises(ValueError, match="nudge_on_restore"):
+        PerturbationConfig(nudge_on_restore="undo")
+    cfg = perturbation_config({"nudge_prob": 1.0, "nudge_on_restore": "persist"})
+    assert apply_perturbations(renvs.make_env("lift"), cfg).on_restore == "persist"
