@@ -22,21 +22,18 @@ from __future__ import annotations
 import logging
 import math
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 
 from rewind.config import check_choice, check_range, require
 from rewind.envs.core.base import WORKSPACE_HIGH, WORKSPACE_LOW, TaskEnv
+from rewind.envs.core.contacts import apply_if_clear, held_objects
 
 log = logging.getLogger(__name__)
 
-#: A perturbation that would push geoms this much deeper into each other (m) is refused.
-PENETRATION_TOL = 0.003
 #: Objects are kept this far inside the table edge (m) by nudges.
 TABLE_HALF = 0.3
 #: What a restore to a moment before a nudge does to it: ``refire`` (the simulator's past comes back
@@ -52,39 +49,6 @@ class PerturbationSnapshot:
     inner: Any
     rng_state: dict[str, Any]
     state: tuple[Any, ...]
-
-
-def held_objects(env: TaskEnv) -> list[str]:
-    """Task objects that both finger pads touch (i.e. objects in a closed grasp)."""
-    m, d = env.model, env.data
-    fl, fr = m.geom("finger_left").id, m.geom("finger_right").id
-    bodies = {m.body(n).id: n for n in env.object_names}
-    touch: dict[str, set[int]] = {}
-    for i in range(d.ncon):
-        g1, g2 = int(d.contact.geom1[i]), int(d.contact.geom2[i])
-        for f, o in ((g1, g2), (g2, g1)):
-            name = bodies.get(int(m.geom_bodyid[o]))
-            if f in (fl, fr) and name is not None:
-                touch.setdefault(name, set()).add(f)
-    return [n for n in env.object_names if len(touch.get(n, ())) == 2]
-
-
-def _min_contact_dist(data: mujoco.MjData) -> float:
-    return float(data.contact.dist[: data.ncon].min()) if data.ncon else 0.0
-
-
-def apply_if_clear(env: TaskEnv, mutate: Callable[[], None]) -> bool:
-    """Run ``mutate`` (which edits qpos/mocap); undo it if it drives geoms into each other. True if kept."""
-    m, d = env.model, env.data
-    saved = (d.qpos.copy(), d.qvel.copy(), d.mocap_pos.copy())
-    before = _min_contact_dist(d)
-    mutate()
-    mujoco.mj_forward(m, d)
-    if _min_contact_dist(d) >= min(before, 0.0) - PENETRATION_TOL:
-        return True
-    d.qpos[:], d.qvel[:], d.mocap_pos[:] = saved
-    mujoco.mj_forward(m, d)
-    return False
 
 
 def _check_window(name: str, window: tuple[int, int]) -> None:
