@@ -112,6 +112,30 @@ def test_snapshot_restore_through_the_boundary_is_bit_exact() -> None:
         assert step_many(local, [1], [np.full(5, np.nan, np.float32)])[0][4] == bad[4]
 
 
+def test_a_persisted_nudge_is_the_same_through_the_boundary() -> None:
+    """``nudge_on_restore=persist`` in a worker: the restore re-applies the nudge there, as in process."""
+    factory = EnvFactory(
+        EnvConfig(name="lift", max_steps=16),
+        PerturbationConfig(nudge_prob=1.0, nudge_window=(2, 2), nudge_on_restore="persist"),
+    )
+    local, zero = factory(), np.zeros(5, np.float32)
+    with EnvWorkers(factory, 1, 1) as pool:
+        for env in (pool[0], local):
+            env.reset(seed=3)
+            env.step(zero)
+        snaps = [pool[0].snapshot(), local.snapshot()]
+        for _ in range(4):  # the nudge fires at step 2
+            pool[0].step(zero)
+            local.step(zero)
+        nudged = local.unwrapped.object_pos("cube").copy()
+        pool[0].restore(snaps[0])
+        local.restore(snaps[1])
+        assert np.array_equal(pool[0].unwrapped.physics_state(), local.unwrapped.physics_state())
+        assert np.allclose(pool[0].unwrapped.object_pos("cube")[:2], nudged[:2], atol=2e-3)
+        (there,), (here,) = pool[0].step(zero)[4]["perturbation"], local.step(zero)[4]["perturbation"]
+        assert there == here and there["persisted"]
+
+
 class _KillWorker:
     """Observer that SIGKILLs one worker after ``after`` steps of the batch."""
 
