@@ -13,8 +13,9 @@ The policy is a default-size diffusion policy (``configs/policy/diffusion.yaml``
 10 DDIM steps, ``n_action_steps`` 8) trained for a few steps on scripted demos (its speed, not its
 skill, matters; pass ``--policy-path`` for real weights), the threshold the ``--quantile`` of a pilot's
 TIDE scores, so that some episodes rewind. ``batched`` and ``sequential_exact`` must give identical
-records (checked). One torch thread, as the monitored commands use (``--threads N``: N threads for
-every setting). ``summary.inference_ms_min``: the fastest ``predict_chunk`` on 1 row and on
+records (checked; with ``--threads N > 1`` they agree at float precision only, so equality is
+recorded per round, not required). One torch thread, as the monitored commands use (``--threads N``:
+N threads for every setting). ``summary.inference_ms_min``: the fastest ``predict_chunk`` on 1 row and on
 ``--rows`` rows (what bounds the batched speedup).
 
     MUJOCO_GL=osmesa .venv/bin/python bench/rollout_batched.py --out bench/results/rollout_batched.json
@@ -234,7 +235,10 @@ def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: An
                 )
                 log.info("round %d %s: %.3f episodes/s", r, name, row[name]["episodes_per_s"])
             for name in settings:
-                if name.startswith("batched") and row[name]["records"] != row["sequential_exact"]["records"]:
+                if not name.startswith("batched"):
+                    continue
+                row[f"records_equal_{name}"] = row[name]["records"] == row["sequential_exact"]["records"]
+                if args.threads == 1 and not row[f"records_equal_{name}"]:  # guaranteed with one thread only
                     raise SystemExit(f"{name} and sequential_exact records differ: the equality is broken")
             for name in settings:
                 if name.startswith("batched"):
@@ -258,7 +262,7 @@ def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: An
         summary["speedup_batched_workers_median"] = statistics.median(
             x["speedup_batched_workers_vs_sequential"] for x in rounds
         )
-    summary["records_equal_batched_vs_sequential_exact"] = True
+    summary["records_equal_batched_vs_sequential_exact"] = all(x["records_equal_batched"] for x in rounds)
     return {"rounds": rounds, "summary": summary}
 
 

@@ -4,12 +4,14 @@ progress bar, optional videos and optional recording into a replay store (in see
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from rewind.lockstep import EpisodeRecord, RolloutObserver
@@ -20,6 +22,8 @@ from rewind.monitor.recording import EpisodeRecording
 from rewind.rollout.pool import step_many
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -151,10 +155,18 @@ def run_monitored(
     (:func:`~rewind.utils.seeding.episode_noise_seed`), and inference runs in blocks of
     ``inference_rows`` rows: an episode's record, events, trace and stored steps depend on neither the
     batch size nor the episodes beside or before it (a Ray actor's share of the seeds gives the same
-    records). Episodes are committed to ``store`` in seed order; ``observers`` see env index ``i``.
+    records), with one torch thread on CPU (with more, a row's result depends on its place in the
+    block at float precision). Episodes are committed to ``store`` in seed order; ``observers`` see
+    env index ``i``.
     """
     envs = [envs] if isinstance(envs, gym.Env) else list(envs)
     device = next(loaded.policy.parameters()).device
+    if device.type == "cpu" and torch.get_num_threads() > 1 and inference_rows > 1:
+        log.info(
+            "%d torch threads: results equal other batch sizes at float precision, not bit for bit "
+            "(num_threads=1 for that)",
+            torch.get_num_threads(),
+        )
     batch = envs[: max(1, min(len(envs), len(seeds)))]
     runner = BatchedMonitoredRunner(
         batch, loaded.policy, monitor, tracker, rewind, device, gen_seed, inference_rows, step
