@@ -186,7 +186,7 @@ def test_restore_rejects_foreign_snapshot() -> None:
         env.restore(env.unwrapped.snapshot())
 
 
-def _nudged_run(on_restore: str) -> tuple[ObjectNudge, object, np.ndarray, list]:
+def _nudged_run(on_restore: str) -> tuple[ObjectNudge, PerturbationSnapshot, np.ndarray, list]:
     """Lift with a nudge at step 3: snapshot at step 1, run past the nudge, restore; the env, the
     snapshot, the cube's position just after the nudge, and the reports of steps 1..5."""
     env = ObjectNudge(renvs.make_env("lift"), prob=1.0, window=(3, 3), magnitude=0.04, on_restore=on_restore)
