@@ -55,8 +55,13 @@ def outcomes(run: Path) -> dict[str, Any]:
         if not rec["success"]:
             table[ending(rec, int(rewind["max_rewinds"]))][names[rec["max_stage"]]] += 1
     failures = sum(sum(c.values()) for c in table.values())
-    return {"run": str(run), "episodes": len(summary["records"]), "failures": failures,
-            "max_rewinds": rewind["max_rewinds"], "endings": {k: dict(v) for k, v in sorted(table.items())}}  # fmt: skip
+    return {
+        "run": str(run),
+        "episodes": len(summary["records"]),
+        "failures": failures,
+        "max_rewinds": rewind["max_rewinds"],
+        "endings": {k: dict(v) for k, v in sorted(table.items())},
+    }
 
 
 def main() -> None:
