@@ -163,7 +163,9 @@ class BatchedMonitoredRunner:
     def _start(self, slot: EpisodeSlot, order: int, seed: int) -> None:
         ep = slot.ep
         if self.monitor is not None:
-            ep.monitor = Monitor(self.monitor.score.for_episode(seed), self.monitor.calibration)
+            ep.monitor = Monitor(
+                self.monitor.score.for_episode(seed), self.monitor.calibration, self.monitor.progress
+            )
         ep.tracker = self.tracker.for_episode() if self.tracker is not None else None
         ep.noise = NoiseStream(torch_generator(self.noise_seed(seed), self.device))
         slot.order, slot.state, slot.window, slot.action, slot.plan = order, PolicyState(), None, None, None

@@ -24,10 +24,11 @@ from omegaconf import MISSING
 from rewind.config import CommandConfig, require
 from rewind.envs.config import EnvConfig
 from rewind.monitor.batched import DEFAULT_INFERENCE_ROWS
-from rewind.monitor.checkpoints import CheckpointLibrary, build_library, make_labeler
+from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker, build_library, make_labeler
 from rewind.monitor.conformal import Calibration, calibrate, held, min_calibration_size
 from rewind.monitor.episode import Monitor, RewindConfig
 from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
+from rewind.monitor.progress import segment_maxima
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.scores import FailureScore
 from rewind.rollout.config import RolloutConfig, require_local
@@ -141,11 +142,14 @@ def calibration_rollouts(
         save_reference(out, reference)
     score = build_score(monitor.score, score_params(monitor.score, monitor, seed), reference)
     seeds = list(range(seed, seed + episodes))
+    tracker = None  # tracked only to time the segments between checkpoints (the progress watchdog)
+    if monitor.track_checkpoints and library.names:
+        tracker = CheckpointTracker(library, monitor.min_similarity, monitor.patience, monitor.match)
     records, traces = run_monitored(
         envs,
         loaded,
         Monitor(score, None),
-        None,
+        tracker,
         RewindConfig(max_rewinds=0),
         seeds,
         seed,
@@ -166,6 +170,19 @@ class CalibrationRollouts:
     score: FailureScore
     records: list[MonitoredRecord]
     traces: list[list[float | None]]
+    tracking: dict[str, Any] = field(default_factory=dict)
+
+    def segment_maxima(self) -> dict[str, list[int]]:
+        """Per checkpoint, the successful rollouts' segment maxima (:mod:`rewind.monitor.progress`;
+        ``{}`` when the rollouts ran without checkpoint tracking)."""
+        if not self.tracking:
+            return {}
+        out: dict[str, list[int]] = {}
+        for r in self.records:
+            if r.success:
+                for name, m in segment_maxima(r.events, r.length, self.tracking["patience"]).items():
+                    out.setdefault(name, []).append(m)
+        return out
 
     @property
     def successful_traces(self) -> list[list[float | None]]:
@@ -186,6 +203,8 @@ class CalibrationRollouts:
             env=env_name,
             n_action_steps=self.loaded.policy.n_action_steps,
             sampler=sampler_tag(self.loaded.policy),
+            progress=self.segment_maxima(),
+            progress_tracking=self.tracking,
         )
 
 
@@ -230,7 +249,10 @@ def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
     finally:
         env.close()
         torch.set_num_threads(threads)
-    return CalibrationRollouts(loaded, library, score, records, traces)
+    m = cfg.monitor
+    tracking = {"min_similarity": m.min_similarity, "patience": m.patience, "match": m.match}
+    tracked = m.track_checkpoints and bool(library.names)
+    return CalibrationRollouts(loaded, library, score, records, traces, tracking if tracked else {})
 
 
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:

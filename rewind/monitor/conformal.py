@@ -113,6 +113,10 @@ class Calibration:
         sampler: how the policy sampled chunks (``rewind.train.policy_api.sampler_tag``; ``""``: not
             recorded, calibrations made before 2026-12-05).
         scores: the calibration statistics (per-episode maxima), for plots and audits.
+        progress: per reached rewind checkpoint, the segment maxima (steps) of the successful
+            rollouts (:mod:`rewind.monitor.progress`; ``{}``: not recorded, calibrations made before
+            2026-12-05 or without a checkpoint library).
+        progress_tracking: the checkpoint tracking settings the segments were timed with.
     """
 
     score: str
@@ -126,6 +130,8 @@ class Calibration:
     n_action_steps: int = 0
     sampler: str = ""
     scores: list[float] = field(default_factory=list)
+    progress: dict[str, list[int]] = field(default_factory=dict)
+    progress_tracking: dict[str, Any] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
 
     def threshold_at(self, step: int) -> float:

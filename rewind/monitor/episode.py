@@ -20,96 +20,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rewind.config import check_choice, check_range, require
 from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, TaskEnv
 from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
-from rewind.monitor.conformal import Calibration
 from rewind.monitor.features import FeatureExtractor
-from rewind.monitor.scores import FailureScore
+from rewind.monitor.progress import ProgressWatchdog
+from rewind.monitor.rules import (  # noqa: F401  (REWIND_MODES, Monitor: importable from here as before)
+    REWIND_MODES,
+    Monitor,
+    RewindConfig,
+    check_rewind_mode,
+    rewindable,
+)
 from rewind.monitor.steps import EpisodeLog, PendingStep, RewindPlan, StepResult
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
 from rewind.policies.noise import NoiseStream
 from rewind.rollout.pool import StepOutcome, step_one
-
-REWIND_MODES = ("restore", "drive")
-
-
-def check_rewind_mode(mode: str, key: str) -> None:
-    """The one check of a rewind mode (every option and command that takes one calls it).
-
-    Raises:
-        ConfigError: ``<key> must be one of [restore, drive]; got 'x'``.
-    """
-    check_choice(key, mode, REWIND_MODES)
-
-
-@dataclass
-class RewindConfig:
-    """How a monitored episode rewinds.
-
-    Attributes:
-        mode: ``restore`` (exact simulator restore) or ``drive`` (drive the gripper back).
-        max_rewinds: retry budget per episode; later alarms are logged only.
-        auto_rewind: rewind at once on an alarm (the teleop tool turns this off and asks a person).
-        drive_max_steps: step budget of one ``drive`` rewind.
-        drive_pos_tol: position tolerance (m) at which a ``drive`` rewind has arrived.
-        drive_yaw_tol: yaw tolerance (rad) at which a ``drive`` rewind has arrived (robosuite envs:
-            the angle of the whole orientation error).
-        backtrack_after: after this many automatic rewinds in a row to the same reached checkpoint
-            (no newer one reached in between), the next goes one checkpoint further back, and so on
-            down to the episode start; ``0`` (default, Rewind-IL's rule): always the latest.
-    """
-
-    mode: str = "restore"
-    max_rewinds: int = 3
-    auto_rewind: bool = True
-    drive_max_steps: int = 40
-    drive_pos_tol: float = 0.005
-    drive_yaw_tol: float = 0.05
-    backtrack_after: int = 0
-
-    def __post_init__(self) -> None:
-        check_rewind_mode(self.mode, "rewind.mode")
-        check_range("rewind.max_rewinds", self.max_rewinds, 0)
-        check_range("rewind.backtrack_after", self.backtrack_after, 0)
-        check_range("rewind.drive_max_steps", self.drive_max_steps, 1)
-        require(
-            self.drive_pos_tol > 0 and self.drive_yaw_tol > 0,
-            "rewind.drive_pos_tol and rewind.drive_yaw_tol must be > 0",
-        )
-
-
-class Monitor:
-    """A failure score with its calibrated threshold: ``alarm`` when the score exceeds it."""
-
-    def __init__(self, score: FailureScore, calibration: Calibration | None) -> None:
-        if calibration is not None and calibration.score != score.name:
-            raise ValueError(f"calibration is for score '{calibration.score}', not '{score.name}'")
-        self.score, self.calibration = score, calibration
-
-    def threshold(self, step: int) -> float:
-        """Threshold at control step ``step`` (``inf`` when uncalibrated: the score is only recorded)."""
-        return math.inf if self.calibration is None else self.calibration.threshold_at(step)
-
-
-def rewindable(env: gym.Env) -> Any:
-    """The outermost layer of ``env`` with ``snapshot()``/``restore()``: perturbation wrappers
-    snapshot their schedule with the simulator, so a restore also returns to the same moment of the
-    perturbation schedule (a perturbation that fired after the checkpoint fires again, but a nudge
-    with ``on_restore="persist"``, which stays applied)."""
-    e = env
-    while not hasattr(type(e), "snapshot"):
-        if not hasattr(e, "env"):
-            raise TypeError(f"{type(env).__name__} has no snapshot()/restore() layer")
-        e = e.env
-    return e
 
 
 class MonitoredEpisode:
@@ -142,6 +73,9 @@ class MonitoredEpisode:
         self.info: dict[str, Any] = {}
         self.done = False
         self._start: ReachedCheckpoint | None = None
+        #: Control step at which the current segment between checkpoints began (progress watchdog;
+        #: ``None`` right after a rewind: its first policy step).
+        self._segment_start: int | None = 0
         self._rewindable = rewindable(env)
         self._features = FeatureExtractor(policy) if tracker is not None else None
         #: The episode's noise stream when a batched runner samples for it (its episode noise is
@@ -155,7 +89,7 @@ class MonitoredEpisode:
         """Start an episode with env seed ``seed``; returns the first observation."""
         self.obs, self.info = self.env.reset(seed=seed)
         self.keys = self.keys or sorted(self.obs)
-        self.done, self.log = False, EpisodeLog(seed)
+        self.done, self.log, self._segment_start = False, EpisodeLog(seed), 0
         self._start = ReachedCheckpoint(-1, "start", 0, 1.0, self._rewindable.snapshot(), self.obs)
         if self.tracker is not None:
             self.tracker.reset(self._start)
@@ -268,12 +202,25 @@ class MonitoredEpisode:
             feats = self._features.features()
             res.checkpoint = self.tracker.update(feats, res.step + 1, self._rewindable, self.obs)
             if res.checkpoint is not None:
+                self._segment_start = res.checkpoint.step
                 self.event(
                     "checkpoint",
                     res.checkpoint.step,
                     checkpoint=res.checkpoint.name,
                     similarity=round(res.checkpoint.similarity, 4),
                 )
+        if self.monitor is not None and self.monitor.progress is not None and not res.done:
+            self._watch_progress(res, self.monitor.progress)
+
+    def _watch_progress(self, res: StepResult, watchdog: ProgressWatchdog) -> None:
+        """The progress watchdog's alarm (:mod:`rewind.monitor.progress`) when the score raised none."""
+        if self._segment_start is None:  # the first policy step after a rewind begins the segment
+            self._segment_start = res.step
+        elapsed, name = res.step + 1 - self._segment_start, self.checkpoints[-1].name
+        if not res.alarm and self._segment_start >= 0 and watchdog.overdue(name, elapsed):
+            res.alarm, self._segment_start = True, -1  # once per segment (-1: it has alarmed)
+            limit = watchdog.limit(name)
+            self.event("alarm", res.step, reason="progress", steps=elapsed, limit=limit, checkpoint=name)
 
     def external_step(self, action: np.ndarray, source: str) -> StepResult:
         """Someone other than the policy acts (``source``: ``correction``, ``human``...). The policy's
@@ -385,6 +332,7 @@ class MonitoredEpisode:
             self.tracker.truncate(plan.checkpoint)
         self._clear_policy()
         self.log.rewinds += 1
+        self._segment_start = None
         cp = plan.checkpoint
         return self.event(
             "rewind",

@@ -11,6 +11,8 @@ All three are data (JSON, safetensors); loading them executes nothing.
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,13 @@ from rewind.monitor.checkpoints import (
 )
 from rewind.monitor.conformal import Calibration, CalibrationError
 from rewind.monitor.episode import Monitor
+from rewind.monitor.progress import ProgressWatchdog
 from rewind.monitor.scores import SCORES, FailureScore, make_score
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
 from rewind.train.policy_api import sampler_tag
+
+log = logging.getLogger(__name__)
 
 REFERENCE_FILE = "reference_features.safetensors"
 
@@ -81,6 +86,10 @@ class MonitorConfig:
         patience: steps without improvement after which a peak counts as reached.
         match: compare with each checkpoint's ``nearest`` labelled example or its single KDE ``template``.
         track_checkpoints: track the library (else only the episode start is a checkpoint).
+        progress_alpha: also alarm when a segment between reached rewind checkpoints lasts longer
+            than the successful calibration rollouts' segments, at this conformal level (the progress
+            watchdog, :mod:`rewind.monitor.progress`; needs a calibration made with checkpoint
+            tracking and the same tracking settings); ``null`` (default): the score alone alarms.
     """
 
     score: str = "none"
@@ -97,6 +106,7 @@ class MonitorConfig:
     patience: int = TrackingConfig.patience
     match: str = "nearest"
     track_checkpoints: bool = True
+    progress_alpha: float | None = None
 
     def __post_init__(self) -> None:
         valid = ("none", *SCORES)
@@ -119,6 +129,8 @@ class MonitorConfig:
             f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'",
         )
         check_tracking("monitor.", self.min_similarity, self.patience)
+        p = self.progress_alpha
+        require(p is None or 0.0 < p < 1.0, f"monitor.progress_alpha must be null or in (0, 1); got {p}")
 
     @property
     def enabled(self) -> bool:
@@ -226,6 +238,9 @@ def load_monitor(
                 f"{folder}: checkpoint library made with other policy weights; recalibrate"
             )
         tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience, cfg.match)
+    progress = _progress_watchdog(cfg, cal, folder) if cfg.progress_alpha is not None else None
+    if progress is not None and tracker is None:
+        raise ConfigError("monitor.progress_alpha needs checkpoint tracking (monitor.track_checkpoints=true)")
     info = {
         "score": cal.score,
         "alpha": cal.alpha,
@@ -234,4 +249,20 @@ def load_monitor(
         "band": cal.band is not None,
         "checkpoints": tracker.library.names if tracker else [],
     }
-    return Monitor(score, cal), tracker, info
+    if progress is not None:
+        info["progress_limits"] = {k: v if math.isfinite(v) else None for k, v in progress.limits.items()}
+    return Monitor(score, cal, progress), tracker, info
+
+
+def _progress_watchdog(cfg: MonitorConfig, cal: Calibration, folder: Path) -> ProgressWatchdog:
+    """The progress watchdog at ``cfg.progress_alpha`` from the calibration's segment timings, which
+    must have been timed with the same checkpoint tracking settings."""
+    want = {"min_similarity": cfg.min_similarity, "patience": cfg.patience, "match": cfg.match}
+    if cal.progress and cal.progress_tracking != want:
+        raise CalibrationError(
+            f"{folder}: segments timed with checkpoint tracking {cal.progress_tracking}, but the monitor "
+            f"tracks with {want}: use the same settings or recalibrate"
+        )
+    watchdog = ProgressWatchdog.fit(cal.progress, float(cfg.progress_alpha))  # type: ignore[arg-type]
+    log.info("progress watchdog (alpha=%s): segment limits %s", watchdog.alpha, watchdog.limits)
+    return watchdog
