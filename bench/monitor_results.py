@@ -59,10 +59,11 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
     """All commands of one task; returns its rows."""
     base = root / task
     common = [f"policy_path={run / 'train'}", f"env={task}", "progress=false", *args.overrides]
+    nominal = [o for o in common if not o.startswith("perturb.")]  # calibration rollouts are unperturbed
     cal = _run(
         [
             _bin("rewind-calibrate"),
-            *common,
+            *nominal,
             f"data_path={run / 'store'}",
             "monitor=tide",
             f"episodes={args.cal_episodes}",

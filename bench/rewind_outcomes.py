@@ -9,6 +9,9 @@ counted by how it ended and by the furthest stage it reached:
 * ``alarm_unused``: budget left and an alarm after the last rewind that did not rewind (should not happen
   with automatic rewinds; counted so that it would show).
 
+``alarms`` counts every episode's alarms by what raised them: ``score`` (the failure score) or
+``progress`` (the progress watchdog, ``monitor.progress_alpha``).
+
     .venv/bin/python bench/rewind_outcomes.py runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge \\
         --out bench/results/rewind_outcomes_stack3_persist_mr10_bt1.json
 
@@ -51,7 +54,9 @@ def outcomes(run: Path) -> dict[str, Any]:
         raise SystemExit(f"{path}: no monitor's rewind settings or records: not a monitored evaluation")
     names = [*summary["stage_names"], "done"]
     table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    reasons: collections.Counter = collections.Counter()  # the score's alarms, the progress watchdog's
     for rec in summary["records"]:
+        reasons.update(e.get("reason", "score") for e in rec["events"] if e["kind"] == "alarm")
         if not rec["success"]:
             table[ending(rec, int(rewind["max_rewinds"]))][names[rec["max_stage"]]] += 1
     failures = sum(sum(c.values()) for c in table.values())
@@ -61,6 +66,7 @@ def outcomes(run: Path) -> dict[str, Any]:
         "failures": failures,
         "max_rewinds": rewind["max_rewinds"],
         "endings": {k: dict(v) for k, v in sorted(table.items())},
+        "alarms": dict(sorted(reasons.items())),
     }
 
 

@@ -31,6 +31,7 @@ def test_failures_are_counted_by_ending_and_stage(tmp_path: Path) -> None:
         _rec(False, 0, [], 0),  # never alarmed
         _rec(False, 1, ["alarm", "rewind", "alarm"], 0),  # an alarm left unused
     ]
+    records[2]["events"][0]["reason"] = "progress"  # raised by the progress watchdog
     summary = {"stage_names": ["a", "b"], "records": records, "monitor": {"rewind": {"max_rewinds": 2}}}
     proc = _run(tmp_path, summary)
     assert proc.returncode == 0, proc.stderr
@@ -41,6 +42,7 @@ def test_failures_are_counted_by_ending_and_stage(tmp_path: Path) -> None:
         "no_alarm_last_attempt": {"a": 1, "b": 1},
         "spent": {"b": 1},
     }
+    assert row["alarms"] == {"progress": 1, "score": 5}
 
 
 def test_a_run_without_a_monitor_is_refused(tmp_path: Path) -> None:
