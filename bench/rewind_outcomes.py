@@ -10,7 +10,9 @@ counted by how it ended and by the furthest stage it reached:
   with automatic rewinds; counted so that it would show).
 
 ``alarms`` counts every episode's alarms by what raised them: ``score`` (the failure score) or
-``progress`` (the progress watchdog, ``monitor.progress_alpha``).
+``progress`` (the progress watchdog, ``monitor.progress_alpha``); ``alarmed_episodes`` counts the
+successful and the failed episodes with at least one alarm of each kind (with rewinds off: the
+false-alarm and detection rates).
 
     .venv/bin/python bench/rewind_outcomes.py runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge \\
         --out bench/results/rewind_outcomes_stack3_persist_mr10_bt1.json
@@ -55,8 +57,14 @@ def outcomes(run: Path) -> dict[str, Any]:
     names = [*summary["stage_names"], "done"]
     table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     reasons: collections.Counter = collections.Counter()  # the score's alarms, the progress watchdog's
+    alarmed: dict[str, collections.Counter] = {
+        "success": collections.Counter(),
+        "failure": collections.Counter(),
+    }
     for rec in summary["records"]:
-        reasons.update(e.get("reason", "score") for e in rec["events"] if e["kind"] == "alarm")
+        why = [e.get("reason", "score") for e in rec["events"] if e["kind"] == "alarm"]
+        reasons.update(why)
+        alarmed["success" if rec["success"] else "failure"].update(set(why))
         if not rec["success"]:
             table[ending(rec, int(rewind["max_rewinds"]))][names[rec["max_stage"]]] += 1
     failures = sum(sum(c.values()) for c in table.values())
@@ -67,6 +75,7 @@ def outcomes(run: Path) -> dict[str, Any]:
         "max_rewinds": rewind["max_rewinds"],
         "endings": {k: dict(v) for k, v in sorted(table.items())},
         "alarms": dict(sorted(reasons.items())),
+        "alarmed_episodes": {k: dict(sorted(v.items())) for k, v in alarmed.items()},
     }
 
 

@@ -43,6 +43,7 @@ def test_failures_are_counted_by_ending_and_stage(tmp_path: Path) -> None:
         "spent": {"b": 1},
     }
     assert row["alarms"] == {"progress": 1, "score": 5}
+    assert row["alarmed_episodes"] == {"success": {"score": 1}, "failure": {"progress": 1, "score": 2}}
 
 
 def test_a_run_without_a_monitor_is_refused(tmp_path: Path) -> None:
