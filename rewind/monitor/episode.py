@@ -216,8 +216,10 @@ class MonitoredEpisode:
         """The progress watchdog's alarm (:mod:`rewind.monitor.progress`) when the score raised none."""
         if self._segment_start is None:  # the first policy step after a rewind begins the segment
             self._segment_start = res.step
+        if res.alarm or self._segment_start < 0:  # the score alarmed, or this segment already did
+            return
         elapsed, name = res.step + 1 - self._segment_start, self.checkpoints[-1].name
-        if not res.alarm and self._segment_start >= 0 and watchdog.overdue(name, elapsed):
+        if watchdog.overdue(name, elapsed):
             res.alarm, self._segment_start = True, -1  # once per segment (-1: it has alarmed)
             limit = watchdog.limit(name)
             self.event("alarm", res.step, reason="progress", steps=elapsed, limit=limit, checkpoint=name)
