@@ -29,7 +29,7 @@ from rewind.monitor.checkpoints import (
     CheckpointLibrary,
     CheckpointTracker,
 )
-from rewind.monitor.conformal import Calibration, CalibrationError
+from rewind.monitor.conformal import Calibration, CalibrationError, min_calibration_size
 from rewind.monitor.episode import Monitor
 from rewind.monitor.progress import ProgressWatchdog
 from rewind.monitor.scores import SCORES, FailureScore, make_score
@@ -265,4 +265,13 @@ def _progress_watchdog(cfg: MonitorConfig, cal: Calibration, folder: Path) -> Pr
         )
     watchdog = ProgressWatchdog.fit(cal.progress, float(cfg.progress_alpha))  # type: ignore[arg-type]
     log.info("progress watchdog (alpha=%s): segment limits %s", watchdog.alpha, watchdog.limits)
+    unlimited = [k for k, v in watchdog.limits.items() if not math.isfinite(v)]
+    if unlimited:
+        log.warning(
+            "progress watchdog: no time limit after %s: fewer than %d successful calibration rollouts "
+            "reached them (alpha=%s); run more calibration episodes or raise monitor.progress_alpha",
+            ", ".join(unlimited),
+            min_calibration_size(watchdog.alpha),
+            watchdog.alpha,
+        )
     return watchdog

@@ -150,6 +150,20 @@ def test_calibration_times_segments_without_changing_the_score(tiny_run, tmp_pat
     assert loaded.progress == want and loaded.progress_tracking == tracked.tracking
 
 
+def test_a_watchdog_without_limits_is_warned_about(tiny_monitor, tmp_path, caplog) -> None:
+    w = tiny_monitor.loaded.weights_hash
+    tracking = {"min_similarity": 0.7, "patience": 3, "match": "nearest"}
+    Calibration("tide", 0.5, 1, NEVER, w, progress={"start": [10, 12]}, progress_tracking=tracking).save(
+        tmp_path
+    )
+    tiny_monitor.library.save(tmp_path)
+    cfg = MonitorConfig(score="tide", calibration=str(tmp_path), progress_alpha=0.05)  # needs 19
+    with caplog.at_level("WARNING"):
+        monitor, _, info = load_monitor(cfg, tiny_monitor.loaded.policy, w)
+    assert monitor.progress.limits == {"start": math.inf} and info["progress_limits"] == {"start": None}
+    assert "no time limit after start: fewer than 19 successful calibration rollouts" in caplog.text
+
+
 def test_load_monitor_builds_the_watchdog_and_names_what_is_wrong(tiny_monitor, tmp_path) -> None:
     w = tiny_monitor.loaded.weights_hash
     tracking = {"min_similarity": 0.7, "patience": 3, "match": "nearest"}
