@@ -48,21 +48,31 @@ def check_tracking(prefix: str, min_similarity: float, patience: int) -> None:
     check_range(f"{prefix}patience", patience, 1)
 
 
+def check_progress_alpha(prefix: str, alpha: float | None) -> None:
+    """The one check of the progress watchdog's level (``monitor.*`` and teleop's ``tracking.*``)."""
+    require(
+        alpha is None or 0.0 < alpha < 1.0, f"{prefix}progress_alpha must be null or in (0, 1); got {alpha}"
+    )
+
+
 @dataclass
 class TrackingConfig:
     """Rewind checkpoint tracking alone (``rewind-teleop``'s ``tracking`` node: the score and its
-    settings come from the calibration folder); the same two fields as :class:`MonitorConfig`.
+    settings come from the calibration folder); the same fields as in :class:`MonitorConfig`.
 
     Attributes:
         min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
         patience: steps without improvement after which a peak counts as reached.
+        progress_alpha: the progress watchdog's level (``null``: off), as ``monitor.progress_alpha``.
     """
 
     min_similarity: float = 0.7
     patience: int = 3
+    progress_alpha: float | None = None
 
     def __post_init__(self) -> None:
         check_tracking("tracking.", self.min_similarity, self.patience)
+        check_progress_alpha("tracking.", self.progress_alpha)
 
 
 @dataclass
@@ -129,8 +139,7 @@ class MonitorConfig:
             f"monitor.match must be one of [{', '.join(MATCH_MODES)}]; got '{self.match}'",
         )
         check_tracking("monitor.", self.min_similarity, self.patience)
-        p = self.progress_alpha
-        require(p is None or 0.0 < p < 1.0, f"monitor.progress_alpha must be null or in (0, 1); got {p}")
+        check_progress_alpha("monitor.", self.progress_alpha)
 
     @property
     def enabled(self) -> bool:

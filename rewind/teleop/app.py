@@ -41,6 +41,7 @@ def load_calibrated_monitor(
         calibration=str(folder),
         min_similarity=tracking.min_similarity,
         patience=tracking.patience,
+        progress_alpha=tracking.progress_alpha,
     )
     monitor, tracker, _ = load_monitor(cfg, policy, weights)
     assert monitor is not None

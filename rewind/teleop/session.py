@@ -190,8 +190,13 @@ class TeleopSession(SessionCommands):
 
     def _on_alarm(self, res: StepResult) -> None:
         self.alarms += 1
-        self.last_alarm = {"step": res.step, "score": res.score, "threshold": res.threshold}
-        text = f"alarm at step {res.step}: score {res.score:.3g} > threshold {res.threshold:.3g}"
+        ev = next((e for e in reversed(self.episode.log.events) if e["kind"] == "alarm"), {})
+        if ev.get("reason") == "progress":  # the progress watchdog: no score at this step
+            what = f"{ev['steps']} steps since checkpoint '{ev['checkpoint']}' > limit {ev['limit']:g}"
+        else:
+            what = f"score {res.score:.3g} > threshold {res.threshold:.3g}"
+        self.last_alarm = {"step": res.step, "score": res.score, "threshold": res.threshold, "text": what}
+        text = f"alarm at step {res.step}: {what}"
         if self.auto_pause and self.mode == "autonomous" and not res.done:
             self._set_mode("paused", text + ": rewind, take over (T) or resume (P)")
         else:

@@ -94,6 +94,7 @@ def test_alarm_rewind_correct_commit_in_browser(
         driver.get(url)
         wait.until(ec.presence_of_element_located(banner))
         wait.until(ec.text_to_be_present_in_element((By.ID, "alarm-strip"), "ALARM"))
+        assert "> threshold" in driver.find_element(By.ID, "alarm-strip").text  # the session's alarm text
         driver.refresh()  # a new page attaches to the running, paused session
         wait.until(ec.presence_of_element_located(banner))
         assert "alarm" in driver.find_element(By.ID, "mode-reason").text

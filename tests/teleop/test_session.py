@@ -19,7 +19,11 @@ from rewind.train import policy_api
 
 
 def _session(
-    tmp_path: Path, weights: Path | None = None, calibration: Path | None = None, **settings: object
+    tmp_path: Path,
+    weights: Path | None = None,
+    calibration: Path | None = None,
+    tracking: TrackingConfig | None = None,
+    **settings: object,
 ) -> TeleopSession:
     env = build_env(EnvConfig(name="lift", max_steps=60))
     spec = store_spec_for(env)
@@ -31,7 +35,7 @@ def _session(
         from rewind.policies.io import weights_hash
 
         monitor, tracker = load_calibrated_monitor(
-            calibration, policy, weights_hash(weights), TrackingConfig()
+            calibration, policy, weights_hash(weights), tracking or TrackingConfig()
         )
     return TeleopSession(
         env,
@@ -110,6 +114,30 @@ def test_alarm_pauses_then_rewind_correct_and_commit_labels(
     assert labels == expected + ["human"] * 4 + ["policy"]
     assert info.success is True and info.extra["env_success"] is False
     assert [e["kind"] for e in info.extra["events"]][:2] == ["alarm", "rewind"]
+
+
+def test_the_progress_watchdog_calls_the_person_in(tmp_path: Path, tiny_weights: Path, tiny_monitor) -> None:
+    """``tracking.progress_alpha``: a segment that overruns its limit pauses the session like a score
+    alarm, and the reason says which checkpoint and how long (there is no score at that step)."""
+    from rewind.monitor import Calibration
+    from rewind.policies.io import weights_hash
+
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    tracking = {"min_similarity": 0.7, "patience": 3, "match": "nearest"}
+    timings = {"start": [4, 5, 6]}  # at alpha 0.5: a limit of 5 steps after the start
+    Calibration(
+        "tide", 0.5, 1, 1e9, weights_hash(tiny_weights), progress=timings, progress_tracking=tracking
+    ).save(cal)
+    tiny_monitor.library.save(cal)
+    s = _session(tmp_path, tiny_weights, cal, TrackingConfig(progress_alpha=0.5))
+    for _ in range(12):
+        s.tick()
+    assert s.mode == "paused" and s.alarms == 1
+    assert "6 steps since checkpoint 'start' > limit 5" in s.reason
+    assert s.state()["last_alarm"]["text"] == "6 steps since checkpoint 'start' > limit 5"
+    with pytest.raises(Exception, match="tracking.progress_alpha must be null or in"):
+        TrackingConfig(progress_alpha=0.0)
 
 
 def test_auto_pause_off_keeps_the_policy_going(

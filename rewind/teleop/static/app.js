@@ -62,7 +62,7 @@ function render(s) {
   const alarm = $("alarm-strip");
   alarm.classList.toggle("hidden", !s.last_alarm);
   if (s.last_alarm) {
-    alarm.textContent = `ALARM ×${s.alarms}: score ${fmt(s.last_alarm.score)} > threshold ${fmt(s.last_alarm.threshold)} at step ${s.last_alarm.step}`;
+    alarm.textContent = `ALARM ×${s.alarms}: ${s.last_alarm.text} at step ${s.last_alarm.step}`;
   }
   const ep = s.episode;
   $("ep-index").textContent = ep.index;
