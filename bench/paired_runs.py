@@ -1,0 +1,90 @@
+"""Two evaluations of the same seeds compared seed by seed: which episodes only one of them solved.
+
+For pairs of run folders (``rewind-eval`` outputs with a ``summary.json`` over the same seeds), e.g. a
+control and a treatment that differ in one setting, it counts the successes of each, the seeds only
+the treatment solved (``fixed``) and only the control solved (``broken``), and the two-sided exact
+sign test of fixed against broken (the discordant pairs; McNemar's exact test):
+
+    .venv/bin/python bench/paired_runs.py \\
+        runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge:runs/s21/rw_progress0.02_mr10_bt1_s70000/stack3/restore_nudge \\
+        --out bench/results/paired_watchdog.json
+
+Nothing is run; the numbers are the records' own. Pairs over different seeds are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from _commands import write_result
+
+log = logging.getLogger("bench")
+
+
+def sign_test(fixed: int, broken: int) -> float:
+    """Two-sided exact sign test p-value of ``fixed`` against ``broken`` discordant pairs."""
+    n = fixed + broken
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(fixed, broken) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def _successes(run: Path) -> dict[int, bool]:
+    path = run / "summary.json"
+    if not path.is_file():
+        raise SystemExit(f"{run}: no summary.json (a rewind-eval run folder?)")
+    records = json.loads(path.read_text()).get("records")
+    if not records:
+        raise SystemExit(f"{path}: no per-episode records")
+    return {int(r["seed"]): bool(r["success"]) for r in records}
+
+
+def compare(control: Path, treatment: Path) -> dict[str, Any]:
+    """Seed-by-seed comparison of two runs over the same seeds."""
+    a, b = _successes(control), _successes(treatment)
+    if set(a) != set(b):
+        raise SystemExit(f"{control} and {treatment} ran different seeds: not a paired comparison")
+    fixed = sum(b[s] and not a[s] for s in a)
+    broken = sum(a[s] and not b[s] for s in a)
+    return {
+        "control": str(control),
+        "treatment": str(treatment),
+        "episodes": len(a),
+        "control_successes": sum(a.values()),
+        "treatment_successes": sum(b.values()),
+        "fixed": fixed,
+        "broken": broken,
+        "sign_test_p": sign_test(fixed, broken),
+    }
+
+
+def main() -> None:
+    """Parse ``CONTROL:TREATMENT`` pairs, compare, log and write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pairs", nargs="+", help="CONTROL_RUN:TREATMENT_RUN folder pairs")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    rows = []
+    for pair in args.pairs:
+        if pair.count(":") != 1:
+            raise SystemExit(f"'{pair}': expected CONTROL_RUN:TREATMENT_RUN")
+        control, treatment = pair.split(":")
+        rows.append(compare(Path(control), Path(treatment)))
+    for r in rows:
+        log.info(
+            "%s -> %s: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
+            r["control"], r["treatment"], r["control_successes"], r["treatment_successes"],
+            r["episodes"], r["fixed"], r["broken"], r["sign_test_p"],
+        )  # fmt: skip
+    write_result(args.out, {"pairs": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""bench/paired_runs.py: two evaluations of the same seeds compared seed by seed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "paired_runs.py"
+
+
+def _run_folder(root: Path, name: str, outcomes: dict[int, bool]) -> Path:
+    run = root / name
+    run.mkdir()
+    records = [{"seed": s, "success": ok} for s, ok in outcomes.items()]
+    (run / "summary.json").write_text(json.dumps({"records": records}))
+    return run
+
+
+def _cli(tmp_path: Path, *pairs: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), *pairs, "--out", str(tmp_path / "o.json")]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def test_fixed_broken_and_the_sign_test(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path, "a", {0: True, 1: False, 2: False, 3: True, 4: False})
+    b = _run_folder(tmp_path, "b", {0: True, 1: True, 2: True, 3: False, 4: False})
+    proc = _cli(tmp_path, f"{a}:{b}")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((tmp_path / "o.json").read_text())["pairs"]
+    assert (row["control_successes"], row["treatment_successes"]) == (2, 3)
+    assert (row["fixed"], row["broken"]) == (2, 1)
+    assert row["sign_test_p"] == 1.0  # 2 vs 1 of 3 discordant pairs: (1 + 3) / 8, doubled
+
+
+def test_sign_test_matches_the_binomial_tail() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from paired_runs import sign_test
+
+    assert abs(sign_test(9, 2) - 2 * (1 + 11 + 55) / 2**11) < 1e-12
+    assert sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0
+
+
+def test_runs_over_other_seeds_are_refused(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path, "a", {0: True, 1: False})
+    b = _run_folder(tmp_path, "b", {0: True, 2: False})
+    proc = _cli(tmp_path, f"{a}:{b}")
+    assert proc.returncode != 0 and "ran different seeds" in proc.stderr
+    assert _cli(tmp_path, str(a)).returncode != 0
