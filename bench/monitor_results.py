@@ -34,6 +34,7 @@ from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path
 
 log = logging.getLogger("monitor_results")
 CONDITIONS = ("none", "nudge")
+MODES = ("restore", "drive")  # the table columns, in this order
 
 
 _bin = rewind_bin
@@ -166,11 +167,11 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
         s = r["success"]
         for cond in CONDITIONS:
             ref = s.get(f"norewind_{cond}")
-            if ref is None or s.get(f"restore_{cond}") is None:
+            if ref is None or all(s.get(f"{m}_{cond}") is None for m in MODES):
                 continue
             cells, cuts = [], []
-            for m in ("restore", "drive"):
-                if s.get(f"{m}_{cond}") is None:  # --modes restore
+            for m in MODES:
+                if s.get(f"{m}_{cond}") is None:  # --modes restore (or drive) alone
                     cells.append("-")
                     cuts.append(float("nan"))
                     continue
@@ -194,15 +195,12 @@ def tables(rows: list[dict[str, Any]], episodes: int = 50, seed: int = 10000) ->
     for r in rows:
         for cond in CONDITIONS:
             s = r["success"]
-            if any(s.get(f"{m}_{cond}") is None for m in ("base", "restore")):
+            runs = [s.get(f"{m}_{cond}") for m in MODES]  # None for a mode not run (--modes)
+            if s.get(f"base_{cond}") is None or all(x is None for x in runs):
                 continue
-            drive = s.get(f"drive_{cond}")  # None under --modes restore
-            cuts = [_cut(s[f"base_{cond}"], s[f"restore_{cond}"])]
-            cuts.append(float("nan") if drive is None else _cut(s[f"base_{cond}"], drive))
-            out.append(
-                f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {_cell(s[f'restore_{cond}'])} | "
-                f"{'-' if drive is None else _cell(drive)} | {_cuts(cuts)} |"
-            )
+            cuts = [float("nan") if x is None else _cut(s[f"base_{cond}"], x) for x in runs]
+            cells = " | ".join("-" if x is None else _cell(x) for x in runs)
+            out.append(f"| {r['task']} | {cond} | {_cell(s[f'base_{cond}'])} | {cells} | {_cuts(cuts)} |")
     out += paired_table(rows)
     if all(r["detectors"] is None for r in rows):
         return "\n".join(out)

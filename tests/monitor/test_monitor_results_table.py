@@ -71,3 +71,16 @@ def test_restore_only_runs_leave_the_drive_cells_empty() -> None:
     assert rows[0].endswith("| 75% [0.75, 0.75] | - | +50% / - |")
     paired = next(line for line in paired_table([{"task": "stack3", "success": success}]) if "| none" in line)
     assert paired.endswith("(1 / 0) | - | +50% / - |")
+
+
+def test_a_drive_only_run_fills_its_columns() -> None:
+    """``--modes drive`` alone: rows with ``-`` for restore, not an empty table."""
+    paired_table, tables = _bench_tables()
+    ref = _records([(False, 1), (True, 0)])
+    drive = _records([(True, 1), (True, 0)])
+    success = {"base_none": _summary(0.5), "norewind_none": ref, "drive_none": drive}
+    text = tables([{"task": "stack3", "success": success, "detectors": None}], episodes=2)
+    (row,) = [line for line in text.splitlines() if line.startswith("| stack3 | none")][:1]
+    assert "| - |" in row and row.endswith("| - / +100% |")
+    (paired,) = [line for line in paired_table([{"task": "stack3", "success": success}]) if "stack3" in line]
+    assert paired.split(" | ")[4] == "-" and paired.split(" | ")[5].endswith("(1 / 0)")
