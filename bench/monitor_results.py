@@ -133,8 +133,9 @@ def _cuts(cuts: list[float]) -> str:
     return " / ".join("-" if c != c else f"{c:+.0%}" for c in cuts)
 
 
-def _paired(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
-    """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse."""
+def fixed_broken(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
+    """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse (two run
+    summaries with ``records`` over the same seeds; ``bench/paired_runs.py`` uses it too)."""
     ok = {r["seed"]: r["success"] for r in ref["records"]}
     fixed = sum(1 for r in run["records"] if r["success"] and not ok[r["seed"]])
     broken = sum(1 for r in run["records"] if not r["success"] and ok[r["seed"]])
@@ -175,7 +176,7 @@ def paired_table(rows: list[dict[str, Any]]) -> list[str]:
                     cells.append("-")
                     cuts.append(float("nan"))
                     continue
-                fixed, broken = _paired(ref, s[f"{m}_{cond}"])
+                fixed, broken = fixed_broken(ref, s[f"{m}_{cond}"])
                 cells.append(f"{_cell(s[f'{m}_{cond}'])} ({fixed} / {broken})")
                 cuts.append(_cut(ref, s[f"{m}_{cond}"]))
             out.append(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from _commands import write_result
+from monitor_results import fixed_broken
 
 log = logging.getLogger("bench")
 
@@ -35,29 +36,28 @@ def sign_test(fixed: int, broken: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def _successes(run: Path) -> dict[int, bool]:
+def _summary(run: Path) -> dict[str, Any]:
     path = run / "summary.json"
     if not path.is_file():
         raise SystemExit(f"{run}: no summary.json (a rewind-eval run folder?)")
-    records = json.loads(path.read_text()).get("records")
-    if not records:
+    summary = json.loads(path.read_text())
+    if not summary.get("records"):
         raise SystemExit(f"{path}: no per-episode records")
-    return {int(r["seed"]): bool(r["success"]) for r in records}
+    return summary
 
 
 def compare(control: Path, treatment: Path) -> dict[str, Any]:
     """Seed-by-seed comparison of two runs over the same seeds."""
-    a, b = _successes(control), _successes(treatment)
-    if set(a) != set(b):
+    a, b = _summary(control), _summary(treatment)
+    if {r["seed"] for r in a["records"]} != {r["seed"] for r in b["records"]}:
         raise SystemExit(f"{control} and {treatment} ran different seeds: not a paired comparison")
-    fixed = sum(b[s] and not a[s] for s in a)
-    broken = sum(a[s] and not b[s] for s in a)
+    fixed, broken = fixed_broken(a, b)
     return {
         "control": str(control),
         "treatment": str(treatment),
-        "episodes": len(a),
-        "control_successes": sum(a.values()),
-        "treatment_successes": sum(b.values()),
+        "episodes": len(a["records"]),
+        "control_successes": sum(bool(r["success"]) for r in a["records"]),
+        "treatment_successes": sum(bool(r["success"]) for r in b["records"]),
         "fixed": fixed,
         "broken": broken,
         "sign_test_p": sign_test(fixed, broken),

@@ -27,7 +27,14 @@ from rewind.monitor.batched import DEFAULT_INFERENCE_ROWS
 from rewind.monitor.checkpoints import CheckpointLibrary, CheckpointTracker, build_library, make_labeler
 from rewind.monitor.conformal import Calibration, calibrate, held, min_calibration_size
 from rewind.monitor.episode import Monitor, RewindConfig
-from rewind.monitor.factory import MonitorConfig, build_score, encode_episodes, save_reference, score_params
+from rewind.monitor.factory import (
+    MonitorConfig,
+    build_score,
+    encode_episodes,
+    save_reference,
+    score_params,
+    tracking_settings,
+)
 from rewind.monitor.progress import segment_maxima
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.scores import FailureScore
@@ -124,10 +131,11 @@ def calibration_rollouts(
     out: Path,
     progress: bool = True,
     inference_rows: int = DEFAULT_INFERENCE_ROWS,
-) -> tuple[CheckpointLibrary, FailureScore, list[MonitoredRecord], list[list[float | None]]]:
+) -> tuple[CheckpointLibrary, FailureScore, list[MonitoredRecord], list[list[float | None]], dict[str, Any]]:
     """Label and save the checkpoint library (and ``embedding_ood``'s reference features) from the
     demos at ``demos_path`` into ``out``, then run ``episodes`` rollouts (seeds ``seed..``, batched
-    over ``envs``) with the score recorded and no rewinds (the work of :func:`run_calibration_rollouts`)."""
+    over ``envs``) with the score recorded and no rewinds (the work of :func:`run_calibration_rollouts`).
+    The last item returned is the checkpoint tracking the rollouts ran with (``{}``: none)."""
     with ReplayStore.open(demos_path) as store:
         demos = [store.load(i.id) for i in store.episodes(success=True)[:max_demos]]
     require(bool(demos), f"data_path {demos_path}: no successful episodes to label")
@@ -142,14 +150,13 @@ def calibration_rollouts(
         save_reference(out, reference)
     score = build_score(monitor.score, score_params(monitor.score, monitor, seed), reference)
     seeds = list(range(seed, seed + episodes))
-    tracker = None  # tracked only to time the segments between checkpoints (the progress watchdog)
-    if monitor.track_checkpoints and library.names:
-        tracker = CheckpointTracker(library, monitor.min_similarity, monitor.patience, monitor.match)
+    # tracked only to time the segments between checkpoints (the progress watchdog)
+    tracking = tracking_settings(monitor) if monitor.track_checkpoints and library.names else {}
     records, traces = run_monitored(
         envs,
         loaded,
         Monitor(score, None),
-        tracker,
+        CheckpointTracker(library, **tracking) if tracking else None,
         RewindConfig(max_rewinds=0),
         seeds,
         seed,
@@ -157,7 +164,7 @@ def calibration_rollouts(
         desc="calibrate",
         inference_rows=inference_rows,
     )
-    return library, score, records, traces
+    return library, score, records, traces, tracking
 
 
 @dataclass
@@ -234,7 +241,7 @@ def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
         )
         batch = min(cfg.rollout.batch_size, cfg.episodes)
         with open_envs(factory, batch, cfg.rollout, first=env) as envs:
-            library, score, records, traces = calibration_rollouts(
+            library, score, records, traces, tracking = calibration_rollouts(
                 envs,
                 loaded,
                 cfg.data_path,
@@ -249,10 +256,7 @@ def run_calibration_rollouts(cfg: CalibrateConfig) -> CalibrationRollouts:
     finally:
         env.close()
         torch.set_num_threads(threads)
-    m = cfg.monitor
-    tracking = {"min_similarity": m.min_similarity, "patience": m.patience, "match": m.match}
-    tracked = m.track_checkpoints and bool(library.names)
-    return CalibrationRollouts(loaded, library, score, records, traces, tracking if tracked else {})
+    return CalibrationRollouts(loaded, library, score, records, traces, tracking)
 
 
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:

@@ -218,7 +218,8 @@ class MonitoredEpisode:
             self._segment_start = res.step
         if res.alarm or self._segment_start < 0:  # the score alarmed, or this segment already did
             return
-        elapsed, name = res.step + 1 - self._segment_start, self.checkpoints[-1].name
+        latest = self.tracker.latest() if self.tracker is not None else self._start
+        elapsed, name = res.step + 1 - self._segment_start, latest.name  # type: ignore[union-attr]
         if watchdog.overdue(name, elapsed):
             res.alarm, self._segment_start = True, -1  # once per segment (-1: it has alarmed)
             limit = watchdog.limit(name)

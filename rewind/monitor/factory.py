@@ -147,6 +147,12 @@ class MonitorConfig:
         return self.score != "none"
 
 
+def tracking_settings(cfg: MonitorConfig) -> dict[str, Any]:
+    """The checkpoint tracking settings of ``cfg`` (``CheckpointTracker``'s keyword arguments, and
+    what a calibration records its segment timings with)."""
+    return {"min_similarity": cfg.min_similarity, "patience": cfg.patience, "match": cfg.match}
+
+
 def score_params(name: str, cfg: MonitorConfig, seed: int = 0) -> dict[str, Any]:
     """Constructor arguments of score ``name`` from ``cfg`` (what a calibration saves)."""
     return {
@@ -246,7 +252,7 @@ def load_monitor(
             raise CalibrationError(
                 f"{folder}: checkpoint library made with other policy weights; recalibrate"
             )
-        tracker = CheckpointTracker(library, cfg.min_similarity, cfg.patience, cfg.match)
+        tracker = CheckpointTracker(library, **tracking_settings(cfg))
     progress = _progress_watchdog(cfg, cal, folder) if cfg.progress_alpha is not None else None
     if progress is not None and tracker is None:
         raise ConfigError("monitor.progress_alpha needs checkpoint tracking (monitor.track_checkpoints=true)")
@@ -266,7 +272,7 @@ def load_monitor(
 def _progress_watchdog(cfg: MonitorConfig, cal: Calibration, folder: Path) -> ProgressWatchdog:
     """The progress watchdog at ``cfg.progress_alpha`` from the calibration's segment timings, which
     must have been timed with the same checkpoint tracking settings."""
-    want = {"min_similarity": cfg.min_similarity, "patience": cfg.patience, "match": cfg.match}
+    want = tracking_settings(cfg)
     if cal.progress and cal.progress_tracking != want:
         raise CalibrationError(
             f"{folder}: segments timed with checkpoint tracking {cal.progress_tracking}, but the monitor "
