@@ -112,13 +112,22 @@ class TriggerState:
             self.since = ep.step_count
             return False
         self.interventions += 1
-        ep.event("intervention", res.step, source=source.name, trigger="alarm" if res.alarm else "stall")
+        ep.event("intervention", res.step, source=source.name, trigger=_trigger(res))
         verdict = source.on_trigger(ep, res, recording)
         self.best, self.since = max(self.best, ep.base.stage()), ep.step_count
         if verdict == END:
             self.ended_by = "source"
             return True
         return False
+
+
+def _trigger(res: StepResult) -> str:
+    """What raised an intervention: ``alarm`` (the failure score), ``progress`` (the progress watchdog,
+    which alarms only on steps the score did not) or ``stall``."""
+    if not res.alarm:
+        return "stall"
+    scored = res.score is not None and res.threshold is not None and res.score > res.threshold
+    return "alarm" if scored else "progress"
 
 
 def episode_outcome(

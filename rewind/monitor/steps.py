@@ -22,7 +22,7 @@ class StepResult:
         source: who acted (``policy``, ``recovery``, ``correction``, ``human``...).
         info: the env's info after the step; done: the episode ended.
         score / threshold: monitor value when it produced one this step, else ``None``.
-        alarm: the score crossed the threshold this step.
+        alarm: the score crossed the threshold this step, or the progress watchdog alarmed.
         checkpoint: a rewind checkpoint reached this step, else ``None``.
         state: flat physics state before the action (what the store records).
     """

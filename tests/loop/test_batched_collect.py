@@ -20,6 +20,7 @@ from rewind.loop.episodes import CollectRules, collect_episodes
 from rewind.loop.sources import make_source
 from rewind.monitor import Monitor, MonitoredEpisode, RewindConfig, make_score
 from rewind.monitor.checkpoints import CheckpointTracker
+from rewind.monitor.progress import START, ProgressWatchdog
 from rewind.rollout.config import RolloutConfig
 from rewind.rollout.workers import EnvFactory
 from rewind.store import ReplayStore, store_spec_for
@@ -41,10 +42,11 @@ SOURCES = {
 }
 
 
-def _parts(tiny, recovery: dict):
+def _parts(tiny, recovery: dict, threshold: float = THRESHOLD, progress: ProgressWatchdog | None = None):
     rc = to_dataclass(recovery, RecoveryConfig)
     rules = CollectRules(rc.keep, rc.pre_intervention_steps, rc.max_interventions, rc.stall_steps)
-    monitor = Monitor(make_score("tide"), dataclasses.replace(tiny.monitor.calibration, threshold=THRESHOLD))
+    calibration = dataclasses.replace(tiny.monitor.calibration, threshold=threshold)
+    monitor = Monitor(make_score("tide"), calibration, progress)
     tracker = CheckpointTracker(tiny.library, min_similarity=0.0, patience=1)
     rewind = RewindConfig(mode=rc.rewind_mode, max_rewinds=10**6, auto_rewind=False, drive_max_steps=10)
     return rc, rules, monitor, tracker, rewind
@@ -60,8 +62,10 @@ def _stored(path: Path) -> list[tuple]:
         return rows
 
 
-def _collect(tiny, recovery: dict, batch: int, store_path: Path, inference_rows: int = 10, seeds=SEEDS):
-    rc, rules, monitor, tracker, rewind = _parts(tiny, recovery)
+def _collect(
+    tiny, recovery: dict, batch: int, store_path: Path, inference_rows: int = 10, seeds=SEEDS, **scoring
+):
+    rc, rules, monitor, tracker, rewind = _parts(tiny, recovery, **scoring)
     source = make_source(rc, "lift")
     envs = [make_env("lift", max_steps=MAX_STEPS) for _ in range(batch)]
     loaded = tiny.loaded
@@ -104,6 +108,25 @@ def test_a_batch_of_4_equals_one_at_a_time(tiny_monitor, tmp_path: Path, name: s
         assert sum(o.stalls for o in outcomes) > 0 and "rewind" not in kinds
     if name == "retry":
         assert "rewind" in kinds and all(o.operator_steps == 0 for o in outcomes)
+
+
+def test_the_progress_watchdog_alone_triggers_the_operator(tiny_monitor, tmp_path: Path) -> None:
+    """With the score never alarming and no stall trigger, only the progress watchdog can call the
+    operator in: its interventions say so, and batched equals one at a time."""
+    never = {"threshold": float("inf")}
+    limits = {name: 6.0 for name in [START, *tiny_monitor.library.names]}
+    watchdog = {"progress": ProgressWatchdog(limits, 0.1), **never}
+    recovery = SOURCES["operator"]
+    quiet = _collect(tiny_monitor, recovery, 4, tmp_path / "quiet", **never)
+    assert all(o.interventions == 0 and o.alarms == 0 for o in quiet[0])
+    one = _collect(tiny_monitor, recovery, 1, tmp_path / "b1", **watchdog)
+    four = _collect(tiny_monitor, recovery, 4, tmp_path / "b4", **watchdog)
+    assert four == one
+    triggers = [e.get("trigger") for o in four[0] for e in o.events if e["kind"] == "intervention"]
+    assert triggers and set(triggers) == {"progress"}
+    alarms = [e for o in four[0] for e in o.events if e["kind"] == "alarm"]
+    assert alarms and all(e["reason"] == "progress" and e["steps"] > e["limit"] for e in alarms)
+    assert any(o.source_counts.get("correction") for o in four[0])
 
 
 def test_at_b1_unpadded_it_is_the_sequential_collection(tiny_monitor, tmp_path: Path) -> None:
