@@ -227,6 +227,16 @@ def collect_episodes(
     return out
 
 
+def _count_triggers(outcomes: Sequence[EpisodeOutcome]) -> dict[str, int]:
+    """Interventions by what raised them (``alarm``, ``progress``, ``stall``: :func:`_trigger`)."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        for e in o.events:
+            if e["kind"] == "intervention":
+                counts[e["trigger"]] = counts.get(e["trigger"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
     """Counts over a round's episodes: success, interventions, operator steps, steps per source (of the
     kept episodes)."""
@@ -243,6 +253,7 @@ def summarize_outcomes(outcomes: Sequence[EpisodeOutcome]) -> dict[str, Any]:
         "interventions": sum(o.interventions for o in outcomes),
         "failed_interventions": sum(o.failed_interventions for o in outcomes),
         "stalls": sum(o.stalls for o in outcomes),
+        "triggers": _count_triggers(outcomes),
         "kept": len(kept),
         "kept_steps": sum(o.steps for o in kept),
         "operator_steps": sum(o.operator_steps for o in outcomes),

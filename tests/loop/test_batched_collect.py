@@ -16,7 +16,7 @@ from rewind.envs.config import EnvConfig
 from rewind.envs.registry import make_env
 from rewind.loop.batched_collect import collect_batched, collect_round
 from rewind.loop.config import RecoveryConfig
-from rewind.loop.episodes import CollectRules, collect_episodes
+from rewind.loop.episodes import CollectRules, collect_episodes, summarize_outcomes
 from rewind.loop.sources import make_source
 from rewind.monitor import Monitor, MonitoredEpisode, RewindConfig, make_score
 from rewind.monitor.checkpoints import CheckpointTracker
@@ -124,6 +124,7 @@ def test_the_progress_watchdog_alone_triggers_the_operator(tiny_monitor, tmp_pat
     assert four == one
     triggers = [e.get("trigger") for o in four[0] for e in o.events if e["kind"] == "intervention"]
     assert triggers and set(triggers) == {"progress"}
+    assert summarize_outcomes(four[0])["triggers"] == {"progress": len(triggers)}
     alarms = [e for o in four[0] for e in o.events if e["kind"] == "alarm"]
     assert alarms and all(e["reason"] == "progress" and e["steps"] > e["limit"] for e in alarms)
     assert any(o.source_counts.get("correction") for o in four[0])

@@ -48,6 +48,7 @@ def test_ft_lineage_data_and_operator_steps(tmp_path: Path, tiny_run) -> None:
     ctl_meta = json.loads((out / r2["control"]["policy"]["weights"] / "config.json").read_text())["extra"]
     assert "stores" not in ctl_meta and ctl_meta["init_from"].endswith(r1["control"]["policy"]["weights"])
     assert r1["collection"]["interventions"] == 3 and set(r1["collection"]["source_counts"]) >= {"correction"}
+    assert r1["collection"]["triggers"] == {"stall": 3}  # the tiny policy never succeeds: no calibration
     ops = [r["operator_steps"] for r in (base, r1, r2)]
     assert ops[0]["demos"] > 0 and ops[0]["recovery"] == 0
     assert (
