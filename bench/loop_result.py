@@ -1,8 +1,9 @@
 """One result file from finished ``rewind-loop`` folders: what bench/results holds for a loop run.
 
 For each folder: its command line, git revision, package versions and wall time (``run.json``), its
-summary (``summary.json``), and each round's stage timings, policy version and candidate results
-(``round_NN/round.json``). Nothing is run; the numbers are the runs' own.
+summary (``summary.json``), and each round's stage timings, policy version, candidate results and
+collection counts (``round_NN/round.json``: interventions by trigger, operator steps). Nothing is run;
+the numbers are the runs' own.
 
     .venv/bin/python bench/loop_result.py runs/issue14/default_parallel --note "..." \
         --out bench/results/default_loop_parallel_control.json
@@ -25,9 +26,21 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+#: The collection counts a round's result keeps (what triggered the source, what it cost).
+COLLECTION = (
+    "success_rate",
+    "interventions",
+    "triggers",
+    "stalls",
+    "failed_interventions",
+    "operator_steps",
+    "kept",
+)
+
+
 def _round(path: Path) -> dict[str, Any]:
     rec = _read(path)
-    ctl = rec.get("control") or {}
+    ctl, collection = rec.get("control") or {}, rec.get("collection")
     return {
         "timings_s": rec.get("timings_s", {}),
         "policy_version": rec["policy"]["version"],
@@ -36,6 +49,7 @@ def _round(path: Path) -> dict[str, Any]:
         "control_version": (ctl.get("policy") or {}).get("version"),
         "control_success": (ctl.get("eval") or {}).get("success_rate"),
         "control_promotion": ctl.get("promotion"),
+        "collection": {k: collection.get(k) for k in COLLECTION} if collection else None,
     }
 
 

@@ -30,6 +30,11 @@ def test_loop_result_gathers_the_runs_records(tmp_path: Path) -> None:
         }
         if r:
             rec["control"] = {"policy": {"version": "c1"}, "eval": {"success_rate": 0.4}}
+            rec["collection"] = {
+                "interventions": 3,
+                "triggers": {"progress": 1, "stall": 2},
+                "per_episode": [],
+            }
         _write(run / f"round_0{r}" / "round.json", rec)
     out = tmp_path / "result.json"
     subprocess.run([sys.executable, str(SCRIPT), str(run), "--note", "n", "--out", str(out)], check=True)
@@ -40,6 +45,9 @@ def test_loop_result_gathers_the_runs_records(tmp_path: Path) -> None:
         and res["rounds"]["round_00"]["control_version"] is None
     )
     assert res["rounds"]["round_01"]["timings_s"] == {"eval": 2.0} and res["summary"]["success_after"] == 0.5
+    collection = res["rounds"]["round_01"]["collection"]
+    assert collection["triggers"] == {"progress": 1, "stall": 2} and collection["interventions"] == 3
+    assert "per_episode" not in collection and res["rounds"]["round_00"]["collection"] is None
 
 
 def test_loop_result_names_a_missing_record(tmp_path: Path) -> None:
