@@ -29,7 +29,7 @@ import torch
 from rewind.envs.core.base import MAX_DPOS, MAX_DYAW, TaskEnv
 from rewind.monitor.checkpoints import CheckpointTracker, ReachedCheckpoint
 from rewind.monitor.features import FeatureExtractor
-from rewind.monitor.progress import ProgressWatchdog
+from rewind.monitor.progress import START, ProgressWatchdog
 from rewind.monitor.rules import (  # noqa: F401  (REWIND_MODES, Monitor: importable from here as before)
     REWIND_MODES,
     Monitor,
@@ -74,8 +74,10 @@ class MonitoredEpisode:
         self.done = False
         self._start: ReachedCheckpoint | None = None
         #: Control step at which the current segment between checkpoints began (progress watchdog;
-        #: ``None`` right after a rewind: its first policy step).
+        #: ``None`` right after a rewind: its first policy step), and whether the watchdog has alarmed
+        #: on it (once per segment).
         self._segment_start: int | None = 0
+        self._segment_alarmed = False
         self._rewindable = rewindable(env)
         self._features = FeatureExtractor(policy) if tracker is not None else None
         #: The episode's noise stream when a batched runner samples for it (its episode noise is
@@ -89,8 +91,8 @@ class MonitoredEpisode:
         """Start an episode with env seed ``seed``; returns the first observation."""
         self.obs, self.info = self.env.reset(seed=seed)
         self.keys = self.keys or sorted(self.obs)
-        self.done, self.log, self._segment_start = False, EpisodeLog(seed), 0
-        self._start = ReachedCheckpoint(-1, "start", 0, 1.0, self._rewindable.snapshot(), self.obs)
+        self.done, self.log, self._segment_start, self._segment_alarmed = False, EpisodeLog(seed), 0, False
+        self._start = ReachedCheckpoint(-1, START, 0, 1.0, self._rewindable.snapshot(), self.obs)
         if self.tracker is not None:
             self.tracker.reset(self._start)
         self._reset_features()
@@ -202,7 +204,7 @@ class MonitoredEpisode:
             feats = self._features.features()
             res.checkpoint = self.tracker.update(feats, res.step + 1, self._rewindable, self.obs)
             if res.checkpoint is not None:
-                self._segment_start = res.checkpoint.step
+                self._segment_start, self._segment_alarmed = res.checkpoint.step, False
                 self.event(
                     "checkpoint",
                     res.checkpoint.step,
@@ -216,12 +218,12 @@ class MonitoredEpisode:
         """The progress watchdog's alarm (:mod:`rewind.monitor.progress`) when the score raised none."""
         if self._segment_start is None:  # the first policy step after a rewind begins the segment
             self._segment_start = res.step
-        if res.alarm or self._segment_start < 0:  # the score alarmed, or this segment already did
+        if res.alarm or self._segment_alarmed:  # the score alarmed, or the watchdog already did
             return
         latest = self.tracker.latest() if self.tracker is not None else self._start
         elapsed, name = res.step + 1 - self._segment_start, latest.name  # type: ignore[union-attr]
         if watchdog.overdue(name, elapsed):
-            res.alarm, self._segment_start = True, -1  # once per segment (-1: it has alarmed)
+            res.alarm = self._segment_alarmed = True
             limit = watchdog.limit(name)
             self.event("alarm", res.step, reason="progress", steps=elapsed, limit=limit, checkpoint=name)
 
@@ -335,7 +337,7 @@ class MonitoredEpisode:
             self.tracker.truncate(plan.checkpoint)
         self._clear_policy()
         self.log.rewinds += 1
-        self._segment_start = None
+        self._segment_start, self._segment_alarmed = None, False
         cp = plan.checkpoint
         return self.event(
             "rewind",
