@@ -122,12 +122,11 @@ class TriggerState:
 
 
 def _trigger(res: StepResult) -> str:
-    """What raised an intervention: ``alarm`` (the failure score), ``progress`` (the progress watchdog,
-    which alarms only on steps the score did not) or ``stall``."""
+    """What raised an intervention: ``alarm`` (the failure score), ``progress`` (the progress watchdog)
+    or ``stall``."""
     if not res.alarm:
         return "stall"
-    scored = res.score is not None and res.threshold is not None and res.score > res.threshold
-    return "alarm" if scored else "progress"
+    return "progress" if res.alarm_reason == "progress" else "alarm"
 
 
 def episode_outcome(

@@ -193,6 +193,7 @@ class MonitoredEpisode:
             res.score, res.threshold = score, self.monitor.threshold(res.step)  # type: ignore[union-attr]
             res.alarm = score > res.threshold
             if res.alarm:
+                res.alarm_reason = "score"
                 self.event(
                     "alarm",
                     res.step,
@@ -224,6 +225,7 @@ class MonitoredEpisode:
         elapsed, name = res.step + 1 - self._segment_start, latest.name  # type: ignore[union-attr]
         if watchdog.overdue(name, elapsed):
             res.alarm = self._segment_alarmed = True
+            res.alarm_reason = "progress"
             limit = watchdog.limit(name)
             self.event("alarm", res.step, reason="progress", steps=elapsed, limit=limit, checkpoint=name)
 

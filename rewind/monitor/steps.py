@@ -23,6 +23,7 @@ class StepResult:
         info: the env's info after the step; done: the episode ended.
         score / threshold: monitor value when it produced one this step, else ``None``.
         alarm: the score crossed the threshold this step, or the progress watchdog alarmed.
+        alarm_reason: what raised ``alarm``: ``score`` or ``progress`` (the watchdog), else ``None``.
         checkpoint: a rewind checkpoint reached this step, else ``None``.
         state: flat physics state before the action (what the store records).
     """
@@ -37,6 +38,7 @@ class StepResult:
     score: float | None = None
     threshold: float | None = None
     alarm: bool = False
+    alarm_reason: str | None = None
     checkpoint: ReachedCheckpoint | None = None
 
 

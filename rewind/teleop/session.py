@@ -190,8 +190,8 @@ class TeleopSession(SessionCommands):
 
     def _on_alarm(self, res: StepResult) -> None:
         self.alarms += 1
-        ev = next((e for e in reversed(self.episode.log.events) if e["kind"] == "alarm"), {})
-        if ev.get("reason") == "progress":  # the progress watchdog: no score at this step
+        if res.alarm_reason == "progress":  # the progress watchdog: no score at this step
+            ev = next(e for e in reversed(self.episode.log.events) if e["kind"] == "alarm")
             what = f"{ev['steps']} steps since checkpoint '{ev['checkpoint']}' > limit {ev['limit']:g}"
         else:
             what = f"score {res.score:.3g} > threshold {res.threshold:.3g}"
