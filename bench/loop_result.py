@@ -1,7 +1,7 @@
 """One result file from finished ``rewind-loop`` folders: what bench/results holds for a loop run.
 
 For each folder: its command line, git revision, package versions and wall time (``run.json``), its
-summary (``summary.json``), and each round's stage timings, policy version, candidate results and
+loop seed (the resolved ``config.yaml``), its summary (``summary.json``), and each round's stage timings, policy version, candidate results and
 collection counts (``round_NN/round.json``: interventions by trigger, operator steps). Nothing is run;
 the numbers are the runs' own.
 
@@ -16,6 +16,8 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 log = logging.getLogger("loop_result")
 
@@ -53,6 +55,17 @@ def _round(path: Path) -> dict[str, Any]:
     }
 
 
+def _loop_seed(folder: Path) -> int | None:
+    """The loop seed in the folder's resolved config (``None`` for a folder without one)."""
+    path = folder / "config.yaml"
+    if not path.exists():
+        return None
+    cfg = yaml.safe_load(path.read_text())
+    if not isinstance(cfg, dict):
+        raise SystemExit(f"{path} is not a mapping: is it a rewind-loop config?")
+    return cfg.get("seed")
+
+
 def loop_result(folder: Path) -> dict[str, Any]:
     """The result record of one finished loop folder."""
     run, summary = _read(folder / "run.json"), _read(folder / "summary.json")
@@ -60,6 +73,7 @@ def loop_result(folder: Path) -> dict[str, Any]:
     return {
         "out_dir": str(folder),
         "command_line": run.get("command_line"),
+        "seed": _loop_seed(folder),
         "git_revision": run.get("git_revision"),
         "git_dirty": run.get("git_dirty"),
         "start_time": run.get("start_time"),

@@ -33,9 +33,12 @@ log = logging.getLogger("bench")
 
 
 def _seed(run: dict[str, Any]) -> str | None:
-    """The loop seed on a run's command line (``None`` when it is not there)."""
+    """A run's loop seed: its resolved config's (recorded by loop_result.py), else the one on the
+    command line of result files written before that (``None`` when neither has it)."""
+    if run.get("seed") is not None:
+        return str(run["seed"])
     return next(
-        (t.split("=", 1)[1] for t in run.get("command_line", "").split() if t.startswith("seed=")), None
+        (t.split("=", 1)[1] for t in (run.get("command_line") or "").split() if t.startswith("seed=")), None
     )
 
 

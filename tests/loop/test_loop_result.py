@@ -22,6 +22,7 @@ def test_loop_result_gathers_the_runs_records(tmp_path: Path) -> None:
         run / "run.json", {"command_line": "rewind-loop rounds=1", "git_revision": "abc", "duration_s": 12.5}
     )
     _write(run / "summary.json", {"success_before": 0.3, "success_after": 0.5})
+    (run / "config.yaml").write_text("rounds: 1\nseed: 7\n")  # the loop's resolved config
     for r, (version, success) in enumerate([("v0", 0.3), ("v1", 0.5)]):
         rec = {
             "policy": {"version": version},
@@ -39,7 +40,7 @@ def test_loop_result_gathers_the_runs_records(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     subprocess.run([sys.executable, str(SCRIPT), str(run), "--note", "n", "--out", str(out)], check=True)
     res = json.loads(out.read_text())["runs"][0]
-    assert res["wall_s"] == 12.5 and res["command_line"] == "rewind-loop rounds=1"
+    assert res["wall_s"] == 12.5 and res["command_line"] == "rewind-loop rounds=1" and res["seed"] == 7
     assert (
         res["rounds"]["round_01"]["control_version"] == "c1"
         and res["rounds"]["round_00"]["control_version"] is None

@@ -138,3 +138,23 @@ def test_control_loop_supplies_the_control_arm_and_checks_the_seeds(tmp_path: Pa
         base + ["--control-loop", str(tmp_path / "c.json"), *out], capture_output=True, text=True
     )
     assert proc.returncode != 0 and "loop seed 1" in proc.stderr
+
+
+def test_the_recorded_loop_seed_is_checked_when_the_command_line_has_none(tmp_path: Path) -> None:
+    # loop_result.py records each folder's seed from its resolved config; a loop run on its default
+    # seed has no seed= on its command line, and the check must still catch swapped loops
+    def run(seed: int, ctl: float | None) -> dict:
+        rnd = {"round": 1, "success_rate": 0.5, "control_success": ctl}
+        return {
+            "out_dir": f"l{seed}",
+            "command_line": "rewind-loop",
+            "seed": seed,
+            "summary": {"rounds": [rnd]},
+        }
+
+    (tmp_path / "nc.json").write_text(json.dumps({"runs": [run(0, None), run(1, None)]}))
+    (tmp_path / "c.json").write_text(json.dumps({"runs": [run(1, 0.4), run(0, 0.3)]}))
+    cmd = [sys.executable, str(SCRIPT), "--loop", str(tmp_path / "nc.json"), "--round", "1",
+           "--control-loop", str(tmp_path / "c.json"), "--out", str(tmp_path / "p.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode != 0 and "has loop seed 1" in proc.stderr and "l0 has 0" in proc.stderr
