@@ -163,18 +163,14 @@ def _thresholds(cfg: MonitorEvalConfig, good: list[ScoredEpisode], weights_hash:
     return out
 
 
-def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
-    """Entry point of ``rewind-monitor-eval``; returns the summary (also the W&B run's summary)."""
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    out = Path(cfg.out_dir)
-    device = resolve_device(cfg.device)
+def _policy_and_scores(cfg: MonitorEvalConfig) -> tuple[Any, ScoreSet]:
+    """The policy under test and the detectors' scores (``embedding_ood`` referenced to the demos)."""
     env0 = build_env(cfg.env)
     loaded = load_policy(
         cfg.policy_path,
         env0,
         cfg.env.name,
-        device,
+        resolve_device(cfg.device),
         cfg.n_action_steps,
         cfg.noise_mode,
         sampler=cfg.sampler,
@@ -191,6 +187,24 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
     scores = ScoreSet(
         [build_score(d, score_params(d, cfg.monitor, cfg.seed), reference) for d in cfg.detectors]
     )
+    return loaded, scores
+
+
+def _plots(cfg: MonitorEvalConfig, test_eps: dict[str, list[ScoredEpisode]], thresholds: dict) -> list[Path]:
+    """The ROC curves of every detector and, per condition, the traces of the first (TIDE if run)."""
+    out = Path(cfg.out_dir)
+    traced = "tide" if "tide" in cfg.detectors else cfg.detectors[0]
+    plots = [plot_roc(out / "roc.png", test_eps, cfg.detectors)]
+    return plots + [
+        plot_traces(out / f"traces_{c}.png", test_eps[c], traced, thresholds) for c in cfg.conditions
+    ]
+
+
+def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
+    """Entry point of ``rewind-monitor-eval``; returns the summary (also the W&B run's summary)."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    loaded, scores = _policy_and_scores(cfg)
     cal_eps, _ = _rollouts(
         cfg, loaded, scores, "none", list(range(cfg.cal_seed, cfg.cal_seed + cfg.cal_episodes)), False
     )
@@ -205,17 +219,6 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
         results[cond] = {n: detection_metrics(eps, n.split("+")[0], thresholds[n], ponr) for n in names}
         results[cond]["_success_rate"] = float(np.mean([e.success for e in eps]))
         results[cond]["_ponr"] = {str(k): v for k, v in ponr.items()}
-    cost_ms = {n: 1e3 * scores.seconds[n.split("+")[0]] / max(scores.calls, 1) for n in names}
-    plots = [plot_roc(out / "roc.png", test_eps, cfg.detectors)]
-    plots += [
-        plot_traces(
-            out / f"traces_{c}.png",
-            test_eps[c],
-            "tide" if "tide" in cfg.detectors else cfg.detectors[0],
-            thresholds,
-        )
-        for c in cfg.conditions
-    ]
     summary = {
         "env": cfg.env.name,
         "policy_version": loaded.version,
@@ -226,9 +229,9 @@ def run_monitor_eval(cfg: MonitorEvalConfig) -> dict[str, Any]:
             "thresholds": {d: t if np.isscalar(t) else max(t) for d, t in thresholds.items()},
         },
         "num_samples": scores.num_samples,
-        "cost_ms_per_step": cost_ms,
+        "cost_ms_per_step": {n: 1e3 * scores.seconds[n.split("+")[0]] / max(scores.calls, 1) for n in names},
         "results": results,
-        "plots": [str(p) for p in plots],
+        "plots": [str(p) for p in _plots(cfg, test_eps, thresholds)],
     }
     _log(cfg, summary)
     return summary
