@@ -61,12 +61,24 @@ def run_setting(
                 f"{path} was run with seeds {summary['seeds']} ({summary['episodes']} episodes); "
                 f"this sweep wants {[seeds[0], seeds[-1]]}: use another --root"
             )
+        if a.ddim_eta is not None and summary.get("ddim_eta") != a.ddim_eta:
+            raise ConfigError(
+                f"{path} was sampled with DDIM eta {summary.get('ddim_eta')}; this sweep wants "
+                f"--ddim-eta {a.ddim_eta}: use another --root"
+            )
         return summary
     log.info("running %s (%d episodes)", s.name, a.episodes)
     guided = s.guided(GuidedConfig(rollouts=a.rollouts))
     env = EnvConfig(name=a.task, max_steps=a.max_steps)
     summary, models = collect_guided(
-        env, a.base_weights, a.demos, guided, seeds, folder, models=cache.get(prep_key(s))
+        env,
+        a.base_weights,
+        a.demos,
+        guided,
+        seeds,
+        folder,
+        models=cache.get(prep_key(s)),
+        ddim_eta=a.ddim_eta,
     )
     cache[prep_key(s)] = models
     return summary
@@ -91,6 +103,7 @@ def row(s: SweepSetting, summary: dict[str, Any]) -> dict[str, Any]:
         "drift_auroc_mean": diag["drift_auroc_mean"],
         "base_rollout_success": src["base_rollout_success"],
         "denoising_steps": src["denoising_steps"],
+        "ddim_eta": summary.get("ddim_eta"),
         "wall_s": summary.get("wall_s"),
     }
 
@@ -187,6 +200,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed0", type=int, default=30000, help="env seed of the first episode (all settings)")
     ap.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the task's)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument(
+        "--ddim-eta", type=float, default=None, help="DDIM eta of every rollout (default: the policy's)"
+    )
     ap.add_argument("--root", default="runs/guided_sweep")
     ap.add_argument("--out", default=None, help="default bench/results/guided_sweep_TASK.json")
     return ap.parse_args(argv)
@@ -220,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
             "base_weights": a.base_weights,
             "demos": a.demos,
             "seeds": [a.seed0, a.seed0 + a.episodes - 1],
+            "ddim_eta": a.ddim_eta,
             "rows": rows,
         }
         out.write_text(json.dumps(result, indent=1) + "\n")

@@ -132,14 +132,16 @@ def collect_guided(
     seed: int = 0,
     round_: int = 1,
     device: str = "cpu",
+    ddim_eta: float | None = None,
 ) -> tuple[dict[str, Any], GuideModels]:
-    """One guided collection into ``folder/summary.json`` (a round's collect summary, plus the setting
-    and the wall time); returns it and the prepared models (``models``: reuse them)."""
+    """One guided collection into ``folder/summary.json`` (a round's collect summary, plus the setting,
+    the sampler's DDIM eta and the wall time); returns it and the prepared models (``models``: reuse
+    them). ``ddim_eta``: the eta every rollout samples with (``None``: the policy's own)."""
     t0 = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     env = build_env(env_cfg)
     try:
-        loaded = load_policy(weights, env, env_cfg.name, torch.device(device))
+        loaded = load_policy(weights, env, env_cfg.name, torch.device(device), ddim_eta=ddim_eta)
         cfg = RecoveryConfig(name="guided", keep="success", guided=guided)
         source = GuidedSource(cfg, env_cfg.name, models=models)
         ctx = SourceContext(env, loaded, demos, folder, round_, False, seed)
@@ -159,6 +161,7 @@ def collect_guided(
         "source": {**prepared, **source.report()},
         "guided": dataclasses.asdict(guided),
         "weights": str(loaded.folder),
+        "ddim_eta": getattr(getattr(loaded.policy, "config", None), "ddim_eta", None),
         "seeds": [int(seeds[0]), int(seeds[-1])] if len(seeds) else [],
         "wall_s": round(time.perf_counter() - t0, 1),
     }

@@ -154,12 +154,14 @@ def test_collect_guided_writes_summary_and_shares_models(tiny_run, tmp_path: Pat
             [1, 2],
             tmp_path / s.name,
             models=models,
+            ddim_eta=0.5,
         )
         assert models is None or m is models
         models = m
         assert (tmp_path / s.name / "summary.json").exists()
     zero, one = runs[0.0], runs[1.0]
     assert zero["episodes"] == 2 and zero["seeds"] == [1, 2] and zero["guided"]["scale"] == 0.0
+    assert zero["ddim_eta"] == one["ddim_eta"] == 0.5  # every rollout sampled with the eta asked for
     assert zero["source"]["d_low"] == one["source"]["d_low"]  # same prepared models
     assert zero["source"]["diagnostics"]["gated_fraction"] == 0.0
     assert zero["source"]["denoising_steps"] == 3 and zero["kept"] == sum(
