@@ -91,6 +91,8 @@ def row(s: SweepSetting, summary: dict[str, Any]) -> dict[str, Any]:
     diag = src["diagnostics"]
     keep = ("gated_fraction", "in_band_fraction", "action_change_mean", "action_change_gated_mean")
     keep += ("action_change_norm_mean", "guidance_term_gated_mean", "drift_mean")
+    realized = ("predicted_drift_paired_mean", "realized_drift_mean", "latent_error_mean")
+    realized += ("predicted_drift_gated_mean", "realized_drift_gated_mean")
     return {
         **s.__dict__,
         "name": s.name,
@@ -99,6 +101,7 @@ def row(s: SweepSetting, summary: dict[str, Any]) -> dict[str, Any]:
         "success": k / max(n, 1),
         "ci95": list(wilson_interval(k, n)),
         **{key: diag[key] for key in keep},
+        **{key: diag.get(key) for key in realized},  # (absent from summaries written before 2026-12-06)
         "drift_auroc_max": diag["drift_auroc_max"],
         "drift_auroc_mean": diag["drift_auroc_mean"],
         "base_rollout_success": src["base_rollout_success"],
@@ -131,8 +134,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table."""
     out = [
         "| sampler | K | M | dyn. data | latent | scale | success (95% Wilson) | x control | gated | "
-        "action change (gated) | drift | AUROC max / mean |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "action change (gated) | drift | drift predicted / realized (gated) | latent error | AUROC max / mean |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lo, hi = r["ci95"]
@@ -141,7 +144,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['dynamics_data']} | {r.get('latent', 'pca')} | {r['scale']:g} | {r['successes']}/{r['episodes']} = "
             f"{r['success']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(r['vs_control'])} | {r['gated_fraction']:.2f} | "
             f"{_f(r['action_change_mean'], '.4f')} ({_f(r['action_change_gated_mean'], '.4f')}) | "
-            f"{_f(r['drift_mean'])} | {_f(r['drift_auroc_max'])} / {_f(r['drift_auroc_mean'])} |"
+            f"{_f(r['drift_mean'])} | {_f(r.get('predicted_drift_paired_mean'))} / "
+            f"{_f(r.get('realized_drift_mean'))} ({_f(r.get('predicted_drift_gated_mean'))} / "
+            f"{_f(r.get('realized_drift_gated_mean'))}) | {_f(r.get('latent_error_mean'))} | "
+            f"{_f(r['drift_auroc_max'])} / {_f(r['drift_auroc_mean'])} |"
         )
     return "\n".join(out) + "\n"
 
@@ -168,8 +174,14 @@ def plot(rows: list[dict[str, Any]], task: str, path: Path) -> None:
         y = [r["success"] for r in grp]
         err = [[r["success"] - r["ci95"][0] for r in grp], [r["ci95"][1] - r["success"] for r in grp]]
         ax1.errorbar(x, y, yerr=err, marker="o", capsize=3, label=key)
-        ax2.plot(x, [r["drift_mean"] for r in grp], marker="o", label=key)
-    for ax, label in ((ax1, "collection success (95% Wilson)"), (ax2, "mean drift of executed chunks")):
+        line = ax2.plot(x, [r["drift_mean"] for r in grp], marker="o", label=f"{key}: predicted")[0]
+        if all(r.get("realized_drift_mean") is not None for r in grp):
+            real = [r["realized_drift_mean"] for r in grp]
+            ax2.plot(x, real, marker="s", ls="--", color=line.get_color(), label=f"{key}: realized")
+    for ax, label in (
+        (ax1, "collection success (95% Wilson)"),
+        (ax2, "mean drift: predicted (solid), realized (dashed)"),
+    ):
         if positive:
             ax.set_xscale("symlog", linthresh=min(positive))
         ax.set_xlabel("guidance scale (0 = plain rollouts)")

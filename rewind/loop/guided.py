@@ -309,14 +309,17 @@ class DriftGuide:
             self.p = self.phases.project(z)
             self.ph = self.phases.phase(self.p)
 
+    def predict(self, x0: torch.Tensor) -> torch.Tensor:
+        """The latent ``[N, d]`` the dynamics model predicts after each chunk row's executed actions."""
+        assert self.p is not None
+        n, h = x0.shape[0], self.dynamics.h
+        return self.dynamics(self.p.expand(n, -1), x0[:, self.first : self.first + h])
+
     def drift(self, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Drift ``[N]`` of each chunk row and whether it is inside its phase's band."""
-        assert self.p is not None and self.ph is not None
-        n, h = x0.shape[0], self.dynamics.h
-        ph = self.ph.expand(n)
-        d = self.phases.drift(
-            self.dynamics(self.p.expand(n, -1), x0[:, self.first : self.first + h]), ph, self.temperature
-        )
+        assert self.ph is not None
+        ph = self.ph.expand(x0.shape[0])
+        d = self.phases.drift(self.predict(x0), ph, self.temperature)
         return d, (d > self.low[ph]) & (d <= self.high[ph])
 
     def __call__(self, x0: torch.Tensor, t: float) -> torch.Tensor:

@@ -7,6 +7,12 @@ Per chunk inference of a guided round (:class:`GuidanceDiagnostics`, driven by
   steps (its drift was inside the phase's band and ``scale > 0``);
 * **drift** of the chunk that was executed (the predicted latent's softmin distance to the phase
   prototypes, :meth:`~rewind.loop.guided.DriftGuide.drift`) and whether it lies inside the band;
+* **realized drift**: the same distance for the latent the episode actually reached when the chunk's
+  actions were done (the next inference's window, same phase), and the **latent error**, the L2
+  distance between that latent and the predicted one (whitened latent units). Guidance lowers the
+  predicted drift by construction; whether the realized drift falls with it says if the states
+  moved toward the prototypes or guidance only exploited the dynamics model's error. The last
+  inference of an episode has no realized latent;
 * **action change**: the same chunk sampled again *without* guidance from the same generator state
   (same initial noise, same DDPM step noise), compared on the executed actions: the mean L2 norm of
   the difference per action (env units) and the mean absolute difference per dimension (normalised
@@ -89,6 +95,16 @@ class _Pending:
 
 
 @dataclass
+class _Prediction:
+    """An executed chunk's predicted latent ``[d]``, its window's phase and predicted drift; gated or not."""
+
+    latent: torch.Tensor
+    phase: torch.Tensor
+    drift: float
+    gated: bool
+
+
+@dataclass
 class EpisodeDiagnostics:
     """One guided episode: per-inference drift, band, gate and action change; its outcome."""
 
@@ -98,6 +114,8 @@ class EpisodeDiagnostics:
     change: list[float] = field(default_factory=list)
     change_norm: list[float] = field(default_factory=list)
     term: list[float] = field(default_factory=list)
+    #: (predicted drift, realized drift, latent error, gated) of each inference with a realized latent
+    realized: list[tuple[float, float, float, bool]] = field(default_factory=list)
     success: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -126,13 +144,26 @@ class GuidanceDiagnostics:
         self.episodes: list[EpisodeDiagnostics] = []
         self._ep: EpisodeDiagnostics | None = None
         self._pending: _Pending | None = None
+        self._predicted: _Prediction | None = None
 
     def begin_episode(self) -> None:
         """A new episode starts."""
-        self._ep, self._pending = EpisodeDiagnostics(), None
+        self._ep, self._pending, self._predicted = EpisodeDiagnostics(), None, None
+
+    def _realize(self) -> None:
+        """Pair the last executed chunk's prediction with the latent the guide holds now (reached)."""
+        pred, self._predicted = self._predicted, None
+        if pred is None or self._ep is None or self.guide.p is None:
+            return
+        with torch.no_grad():
+            real = self.guide.p[0]
+            d = self.guide.phases.drift(real[None], pred.phase[None], self.guide.temperature)
+        error = float((real - pred.latent).norm())
+        self._ep.realized.append((pred.drift, float(d[0]), error, pred.gated))
 
     def start_inference(self, policy: GuidedChunkPolicy, window: Obs, gen: torch.Generator | None) -> None:
         """The policy is about to sample a chunk for ``window`` with ``gen`` (after ``set_latent``)."""
+        self._realize()
         chunks = policy.last_chunks
         self._pending = _Pending(
             window,
@@ -152,7 +183,10 @@ class GuidanceDiagnostics:
         x = policy.normalizer.normalize("action", chunk)
         with torch.no_grad():
             d, on = self.guide.drift(x)
+            predicted = self.guide.predict(x)[0]
         ep, gated = self._ep, self.guide.inference_gated
+        assert self.guide.ph is not None
+        self._predicted = _Prediction(predicted, self.guide.ph[0], float(d[0]), gated)
         ep.drift.append(float(d[0]))
         ep.in_band.append(bool(on[0]))
         ep.gated.append(gated)
@@ -185,6 +219,7 @@ class GuidanceDiagnostics:
         failed = [not e.success for e in eps]
         drifted = [e for e in eps if e.drift]
         return {
+            **self._realized_summary(),
             "inferences": len(gated),
             "gated_fraction": float(np.mean(gated)) if gated else 0.0,
             "in_band_fraction": _mean([float(b) for e in eps for b in e.in_band]),
@@ -203,4 +238,17 @@ class GuidanceDiagnostics:
             ),
             "episodes_failed": int(sum(failed)),
             "per_episode": [e.as_dict() for e in eps],
+        }
+
+    def _realized_summary(self) -> dict[str, Any]:
+        """Predicted vs realized drift and the latent error, over all and over gated inferences."""
+        pairs = [r for e in self.episodes for r in e.realized]
+        gated = [r for r in pairs if r[3]]
+        return {
+            "realized_pairs": len(pairs),
+            "predicted_drift_paired_mean": _mean([r[0] for r in pairs]),
+            "realized_drift_mean": _mean([r[1] for r in pairs]),
+            "latent_error_mean": _mean([r[2] for r in pairs]),
+            "predicted_drift_gated_mean": _mean([r[0] for r in gated]),
+            "realized_drift_gated_mean": _mean([r[1] for r in gated]),
         }

@@ -164,6 +164,11 @@ def test_collect_guided_writes_summary_and_shares_models(tiny_run, tmp_path: Pat
     assert zero["ddim_eta"] == one["ddim_eta"] == 0.5  # every rollout sampled with the eta asked for
     assert zero["source"]["d_low"] == one["source"]["d_low"]  # same prepared models
     assert zero["source"]["diagnostics"]["gated_fraction"] == 0.0
+    for run in (zero, one):  # every executed chunk but each episode's last is paired with its reached latent
+        diag = run["source"]["diagnostics"]
+        with_inferences = sum(e["inferences"] > 0 for e in diag["per_episode"])
+        assert diag["realized_pairs"] == diag["inferences"] - with_inferences > 0
+        assert np.isfinite(diag["realized_drift_mean"]) and diag["latent_error_mean"] > 0
     assert zero["source"]["denoising_steps"] == 3 and zero["kept"] == sum(
         e["success"] for e in zero["per_episode"]
     )
