@@ -83,9 +83,13 @@ def _tide_samples(
     for s in (1, samples):
         monitor = Monitor(TideScore([0, 1, 2, 3], samples=s), None)
         ep = MonitoredEpisode(
-            env, policy, monitor, CheckpointTracker(lib), RewindConfig(max_rewinds=0),
+            env,
+            policy,
+            monitor,
+            CheckpointTracker(lib),
+            RewindConfig(max_rewinds=0),
             generator=torch.Generator().manual_seed(0),
-        )  # fmt: skip
+        )
         out[f"tide_samples_{s}_wall_ms_per_step"] = _per_step_ms(ep, seeds)[2]
     out[f"inference_ms_{samples}_samples"] = _inference_ms(policy, env.reset(seed=0)[0], samples, 20)
     extra = (out[f"inference_ms_{samples}_samples"] - one_ms) / policy.n_action_steps

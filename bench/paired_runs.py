@@ -80,9 +80,15 @@ def main() -> None:
     for r in rows:
         log.info(
             "%s -> %s: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
-            r["control"], r["treatment"], r["control_successes"], r["treatment_successes"],
-            r["episodes"], r["fixed"], r["broken"], r["sign_test_p"],
-        )  # fmt: skip
+            r["control"],
+            r["treatment"],
+            r["control_successes"],
+            r["treatment_successes"],
+            r["episodes"],
+            r["fixed"],
+            r["broken"],
+            r["sign_test_p"],
+        )
     write_result(args.out, {"pairs": rows})
 
 

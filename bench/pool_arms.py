@@ -146,10 +146,19 @@ def main() -> None:
         m, c = row["main"], row["control"]
         log.info(
             "%s: main %d/%d = %.1f%% [%.1f, %.1f], control %d/%d = %.1f%% [%.1f, %.1f], %+.1f points",
-            row["out_dir"], m["successes"], m["episodes"], 100 * m["success"], 100 * m["ci95"][0],
-            100 * m["ci95"][1], c["successes"], c["episodes"], 100 * c["success"], 100 * c["ci95"][0],
-            100 * c["ci95"][1], row["difference_points"],
-        )  # fmt: skip
+            row["out_dir"],
+            m["successes"],
+            m["episodes"],
+            100 * m["success"],
+            100 * m["ci95"][0],
+            100 * m["ci95"][1],
+            c["successes"],
+            c["episodes"],
+            100 * c["success"],
+            100 * c["ci95"][0],
+            100 * c["ci95"][1],
+            row["difference_points"],
+        )
     write_result(args.out, result)
 
 

@@ -66,8 +66,13 @@ def measure(down_dims: list[int], threads: int, rows: int) -> dict[str, Any]:
         obs[place], seeds[place] = ref_obs[src], src
         diff = (_chunks(policy, obs, seeds)[place] - ref[src]).abs().max().item()
         moves.append({"place": place, "row": src, "max_abs_change": diff})
-    return {"down_dims": down_dims, "threads": threads, "rows": rows, "moves": moves,
-            "bit_identical": all(m["max_abs_change"] == 0.0 for m in moves)}  # fmt: skip
+    return {
+        "down_dims": down_dims,
+        "threads": threads,
+        "rows": rows,
+        "moves": moves,
+        "bit_identical": all(m["max_abs_change"] == 0.0 for m in moves),
+    }
 
 
 def main() -> None:
@@ -80,8 +85,13 @@ def main() -> None:
     out = [measure(d, t, args.rows) for t in (1, 2) for d in ([16, 32], [32, 64, 128])]
     for r in out:
         worst = max(m["max_abs_change"] for m in r["moves"])
-        log.info("threads %d, U-Net %s: bit-identical %s (largest change %.2e)", r["threads"], r["down_dims"],
-                 r["bit_identical"], worst)  # fmt: skip
+        log.info(
+            "threads %d, U-Net %s: bit-identical %s (largest change %.2e)",
+            r["threads"],
+            r["down_dims"],
+            r["bit_identical"],
+            worst,
+        )
     write_result(args.out, {"results": out})
 
 

@@ -124,9 +124,26 @@ def test_bench_script_counts_only_the_labels_asked_for(tmp_path: Path, tiny_run)
     counts = {}
     for labels in (["correction"], ["correction", "recovery"]):
         out = tmp_path / f"{'_'.join(labels)}.json"
-        cmd = [sys.executable, str(script), "--task", "lift", "--weights", str(tiny_run["train"]),
-               "--demos", str(tiny_run["store"]), "--round-store", str(store), "--k", "3",
-               "--threads", "1", "--labels", *labels, "--out", str(out)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(script),
+            "--task",
+            "lift",
+            "--weights",
+            str(tiny_run["train"]),
+            "--demos",
+            str(tiny_run["store"]),
+            "--round-store",
+            str(store),
+            "--k",
+            "3",
+            "--threads",
+            "1",
+            "--labels",
+            *labels,
+            "--out",
+            str(out),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         counts[tuple(labels)] = json.loads(out.read_text())["all_steps"]

@@ -13,8 +13,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "pool_arms.py"
 
 def _loop(tmp_path: Path) -> Path:
     def rnd(r: int, main: float, ctl: float) -> dict:
-        return {"round": r, "success_rate": main, "candidate_success": main, "control_success": ctl,
-                "control_candidate_success": ctl}  # fmt: skip
+        return {
+            "round": r,
+            "success_rate": main,
+            "candidate_success": main,
+            "control_success": ctl,
+            "control_candidate_success": ctl,
+        }
 
     runs = [
         {"out_dir": f"loop_s{s}", "summary": {"rounds": [rnd(0, 0.2, None), rnd(1, m, c)]}}
@@ -26,8 +31,10 @@ def _loop(tmp_path: Path) -> Path:
 
 
 def _held(tmp_path: Path) -> Path:
-    res = {n: {"summary": {"successes": k, "episodes": 100}} for n, k in
-           [("m0", 10), ("c0", 20), ("m1", 50), ("c1", 40)]}  # fmt: skip
+    res = {
+        n: {"summary": {"successes": k, "episodes": 100}}
+        for n, k in [("m0", 10), ("c0", 20), ("m1", 50), ("c1", 40)]
+    }
     path = tmp_path / "held.json"
     path.write_text(json.dumps({"results": res}))
     return path
@@ -47,8 +54,19 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_pool_arms_sums_eval_and_heldout_per_arm(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "--round", "1", "--heldout", str(_held(tmp_path)), "--main", "m0", "m1",
-                "--control", "c0", "c1")  # fmt: skip
+    proc = _run(
+        tmp_path,
+        "--round",
+        "1",
+        "--heldout",
+        str(_held(tmp_path)),
+        "--main",
+        "m0",
+        "m1",
+        "--control",
+        "c0",
+        "c1",
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "p.json").read_text())
     pooled = res["pooled"]
@@ -70,18 +88,48 @@ def test_pool_arms_without_heldout_uses_the_eval_seeds_only(tmp_path: Path) -> N
 def test_pool_arms_names_a_missing_round_and_a_missing_name(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--round", "2")
     assert proc.returncode != 0 and "has no round 2" in proc.stderr
-    proc = _run(tmp_path, "--round", "1", "--heldout", str(_held(tmp_path)), "--main", "m0", "mX",
-                "--control", "c0", "c1")  # fmt: skip
+    proc = _run(
+        tmp_path,
+        "--round",
+        "1",
+        "--heldout",
+        str(_held(tmp_path)),
+        "--main",
+        "m0",
+        "mX",
+        "--control",
+        "c0",
+        "c1",
+    )
     assert proc.returncode != 0 and "['mX'] not in" in proc.stderr
     assert not (tmp_path / "p.json").exists()
 
 
 def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> None:
-    loop = {"runs": [{"out_dir": "loop_s0", "summary": {"rounds": [
-        {"round": 0, "success_rate": 0.2},
-        {"round": 1, "success_rate": 0.30, "candidate_success": None, "control_success": 0.20},
-        {"round": 2, "success_rate": 0.30, "candidate_success": 0.50, "control_success": 0.25},
-    ]}}]}  # fmt: skip
+    loop = {
+        "runs": [
+            {
+                "out_dir": "loop_s0",
+                "summary": {
+                    "rounds": [
+                        {"round": 0, "success_rate": 0.2},
+                        {
+                            "round": 1,
+                            "success_rate": 0.30,
+                            "candidate_success": None,
+                            "control_success": 0.20,
+                        },
+                        {
+                            "round": 2,
+                            "success_rate": 0.30,
+                            "candidate_success": 0.50,
+                            "control_success": 0.25,
+                        },
+                    ]
+                },
+            }
+        ]
+    }
     (tmp_path / "loop.json").write_text(json.dumps(loop))
     held1 = {"results": {"m_r1": {"summary": {"successes": 33, "episodes": 100}}}}
     held2 = {
@@ -91,8 +139,19 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     }
     (tmp_path / "h1.json").write_text(json.dumps(held1))
     (tmp_path / "h2.json").write_text(json.dumps(held2))
-    base = [sys.executable, str(SCRIPT), "--loop", str(tmp_path / "loop.json"), "--round", "2", "--out",
-            str(tmp_path / "p.json"), "--heldout", str(tmp_path / "h1.json"), str(tmp_path / "h2.json")]  # fmt: skip
+    base = [
+        sys.executable,
+        str(SCRIPT),
+        "--loop",
+        str(tmp_path / "loop.json"),
+        "--round",
+        "2",
+        "--out",
+        str(tmp_path / "p.json"),
+        "--heldout",
+        str(tmp_path / "h1.json"),
+        str(tmp_path / "h2.json"),
+    ]
     cand = subprocess.run([*base, "--main", "m_r2", "--control", "c_r2"], capture_output=True, text=True)
     assert cand.returncode == 0, cand.stderr
     res = json.loads((tmp_path / "p.json").read_text())
@@ -106,15 +165,23 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     assert res["pooled"]["control"]["successes"] == 25 + 21
     other = {"results": {"m_r1": {"summary": {"successes": 99, "episodes": 100}}}}
     (tmp_path / "h3.json").write_text(json.dumps(other))
-    clash = subprocess.run([*base, str(tmp_path / "h3.json"), "--main", "m_r1", "--control", "c_r2"],
-                           capture_output=True, text=True)  # fmt: skip
+    clash = subprocess.run(
+        [*base, str(tmp_path / "h3.json"), "--main", "m_r1", "--control", "c_r2"],
+        capture_output=True,
+        text=True,
+    )
     assert clash.returncode != 0 and "m_r1 is in two --heldout files" in clash.stderr
 
 
 def test_control_loop_supplies_the_control_arm_and_checks_the_seeds(tmp_path: Path) -> None:
     def run(seed: int, main: float, ctl: float | None) -> dict:
-        rnd = {"round": 1, "success_rate": main, "candidate_success": main, "control_success": ctl,
-               "control_candidate_success": ctl}  # fmt: skip
+        rnd = {
+            "round": 1,
+            "success_rate": main,
+            "candidate_success": main,
+            "control_success": ctl,
+            "control_candidate_success": ctl,
+        }
         return {
             "out_dir": f"l{seed}",
             "command_line": f"rewind-loop seed={seed}",
@@ -154,7 +221,17 @@ def test_the_recorded_loop_seed_is_checked_when_the_command_line_has_none(tmp_pa
 
     (tmp_path / "nc.json").write_text(json.dumps({"runs": [run(0, None), run(1, None)]}))
     (tmp_path / "c.json").write_text(json.dumps({"runs": [run(1, 0.4), run(0, 0.3)]}))
-    cmd = [sys.executable, str(SCRIPT), "--loop", str(tmp_path / "nc.json"), "--round", "1",
-           "--control-loop", str(tmp_path / "c.json"), "--out", str(tmp_path / "p.json")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--loop",
+        str(tmp_path / "nc.json"),
+        "--round",
+        "1",
+        "--control-loop",
+        str(tmp_path / "c.json"),
+        "--out",
+        str(tmp_path / "p.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode != 0 and "has loop seed 1" in proc.stderr and "l0 has 0" in proc.stderr
