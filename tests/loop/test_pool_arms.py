@@ -53,20 +53,13 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def _pooled(tmp_path: Path, *main: str) -> list[str]:
+    """Round 1 pooled with the held-out file, ``main`` as the main arm's names, c0 c1 the control's."""
+    return ["--round", "1", "--heldout", str(_held(tmp_path)), "--main", *main, "--control", "c0", "c1"]
+
+
 def test_pool_arms_sums_eval_and_heldout_per_arm(tmp_path: Path) -> None:
-    proc = _run(
-        tmp_path,
-        "--round",
-        "1",
-        "--heldout",
-        str(_held(tmp_path)),
-        "--main",
-        "m0",
-        "m1",
-        "--control",
-        "c0",
-        "c1",
-    )
+    proc = _run(tmp_path, *_pooled(tmp_path, "m0", "m1"))
     assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "p.json").read_text())
     pooled = res["pooled"]
@@ -88,19 +81,7 @@ def test_pool_arms_without_heldout_uses_the_eval_seeds_only(tmp_path: Path) -> N
 def test_pool_arms_names_a_missing_round_and_a_missing_name(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--round", "2")
     assert proc.returncode != 0 and "has no round 2" in proc.stderr
-    proc = _run(
-        tmp_path,
-        "--round",
-        "1",
-        "--heldout",
-        str(_held(tmp_path)),
-        "--main",
-        "m0",
-        "mX",
-        "--control",
-        "c0",
-        "c1",
-    )
+    proc = _run(tmp_path, *_pooled(tmp_path, "m0", "mX"))
     assert proc.returncode != 0 and "['mX'] not in" in proc.stderr
     assert not (tmp_path / "p.json").exists()
 
