@@ -1,9 +1,9 @@
 """One result file from finished ``rewind-loop`` folders: what bench/results holds for a loop run.
 
 For each folder: its command line, git revision, package versions and wall time (``run.json``), its
-loop seed (the resolved ``config.yaml``), its summary (``summary.json``), and each round's stage timings, policy version, candidate results and
-collection counts (``round_NN/round.json``: interventions by trigger, operator steps). Nothing is run;
-the numbers are the runs' own.
+loop seed (the resolved ``config.yaml``), its summary (``summary.json``), and each round's stage
+timings, policy version, candidate results and collection counts (``round_NN/round.json``:
+interventions by trigger, operator steps). Nothing is run; the numbers are the runs' own.
 
     .venv/bin/python bench/loop_result.py runs/issue14/default_parallel --note "..." \
         --out bench/results/default_loop_parallel_control.json

@@ -67,6 +67,14 @@ def _candidates(
     return main, ctl
 
 
+def _said(arm: dict[str, Any]) -> str:
+    """``k/n = x% [lo, hi]`` of an arm's record (:func:`_arm`)."""
+    lo, hi = arm["ci95"]
+    return (
+        f"{arm['successes']}/{arm['episodes']} = {100 * arm['success']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+    )
+
+
 def _arm(k: int, n: int) -> dict[str, Any]:
     return {"successes": k, "episodes": n, "success": k / n, "ci95": list(wilson_interval(k, n))}
 
@@ -145,18 +153,10 @@ def main() -> None:
     for row in [*result["per_seed"], {"out_dir": "pooled", **result["pooled"]}]:
         m, c = row["main"], row["control"]
         log.info(
-            "%s: main %d/%d = %.1f%% [%.1f, %.1f], control %d/%d = %.1f%% [%.1f, %.1f], %+.1f points",
+            "%s: main %s, control %s, %+.1f points",
             row["out_dir"],
-            m["successes"],
-            m["episodes"],
-            100 * m["success"],
-            100 * m["ci95"][0],
-            100 * m["ci95"][1],
-            c["successes"],
-            c["episodes"],
-            100 * c["success"],
-            100 * c["ci95"][0],
-            100 * c["ci95"][1],
+            _said(m),
+            _said(c),
             row["difference_points"],
         )
     write_result(args.out, result)

@@ -317,9 +317,13 @@ class DriftGuide:
 
     def drift(self, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Drift ``[N]`` of each chunk row and whether it is inside its phase's band."""
+        return self.latent_drift(self.predict(x0))
+
+    def latent_drift(self, p_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drift ``[N]`` of predicted latents ``[N, d]`` (:meth:`predict`) and whether it is in the band."""
         assert self.ph is not None
-        ph = self.ph.expand(x0.shape[0])
-        d = self.phases.drift(self.predict(x0), ph, self.temperature)
+        ph = self.ph.expand(p_next.shape[0])
+        d = self.phases.drift(p_next, ph, self.temperature)
         return d, (d > self.low[ph]) & (d <= self.high[ph])
 
     def __call__(self, x0: torch.Tensor, t: float) -> torch.Tensor:

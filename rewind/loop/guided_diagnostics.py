@@ -182,11 +182,11 @@ class GuidanceDiagnostics:
         chunk = record.actions[:1]  # [1, H, Da] env units, sample 0 (the executed one)
         x = policy.normalizer.normalize("action", chunk)
         with torch.no_grad():
-            d, on = self.guide.drift(x)
-            predicted = self.guide.predict(x)[0]
+            predicted = self.guide.predict(x)  # the dynamics model runs once per recorded chunk
+            d, on = self.guide.latent_drift(predicted)
         ep, gated = self._ep, self.guide.inference_gated
         assert self.guide.ph is not None
-        self._predicted = _Prediction(predicted, self.guide.ph[0], float(d[0]), gated)
+        self._predicted = _Prediction(predicted[0], self.guide.ph[0], float(d[0]), gated)
         ep.drift.append(float(d[0]))
         ep.in_band.append(bool(on[0]))
         ep.gated.append(gated)
