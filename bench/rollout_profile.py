@@ -70,16 +70,19 @@ class Stopwatch:
 @contextmanager
 def timed_parts(watch: Stopwatch, policy: Any, envs: Sequence[Any]) -> Iterator[None]:
     """Inside the block, ``policy.predict_chunk`` and each env's ``step`` are timed by ``watch``; the
-    objects are as before afterwards."""
-    policy.predict_chunk = watch.wrap("inference", policy.predict_chunk)
-    for env in envs:
-        env.step = watch.wrap("env_step", env.step)
+    objects are as before afterwards (an attribute set on the instance itself is put back)."""
+    targets = [(policy, "predict_chunk", "inference"), *((env, "step", "env_step") for env in envs)]
+    saved = [vars(obj).get(name) for obj, name, _ in targets]
+    for obj, name, part in targets:
+        setattr(obj, name, watch.wrap(part, getattr(obj, name)))
     try:
         yield
     finally:
-        del policy.predict_chunk
-        for env in envs:
-            del env.step
+        for (obj, name, _), own in zip(targets, saved, strict=True):
+            if own is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, own)
 
 
 def breakdown(wall: float, seconds: dict[str, float], episodes: int) -> dict[str, float]:

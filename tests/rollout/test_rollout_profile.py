@@ -46,6 +46,11 @@ def test_timed_parts_count_and_restore(profile) -> None:
     assert watch.calls["env_step"] == 5 and watch.seconds["env_step"] > 0
     assert watch.calls["inference"] == 1 and np.array_equal(doubled, [2, 2])
     assert "step" not in vars(timed) and "predict_chunk" not in vars(policy)
+    own = policy.predict_chunk  # a bound method set on the instance itself is put back, not dropped
+    policy.predict_chunk = own
+    with profile.timed_parts(watch, policy, []):
+        assert policy.predict_chunk is not own
+    assert vars(policy)["predict_chunk"] is own
     timed.close()
     plain.close()
 
