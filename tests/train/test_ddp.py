@@ -169,9 +169,10 @@ def test_a_global_batch_that_does_not_divide_is_a_one_line_error(
         "rewind-train: error: train.batch_size=7 is the global batch and must be divisible by the number "
         "of processes (WORLD_SIZE=2); use a multiple of 2, e.g. 8"
     )
-    printed: dict[int, list[str]] = {}
-    for rank, text in _rank_stderr(logs).items():
-        printed[rank] = [line for line in text.splitlines() if line.strip() and "Warning" not in line]
+    printed = {
+        rank: [line for line in text.splitlines() if line.strip() and "Warning" not in line]
+        for rank, text in _rank_stderr(logs).items()
+    }
     # The first rank to exit makes torchrun's agent stop the other one, which may not have reached the
     # check yet: each rank printed the one line or nothing, and at least one printed it.
     assert sorted(printed) == [0, 1], printed
