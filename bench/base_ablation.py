@@ -83,6 +83,13 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         ["n_action_steps=4"],
         "batch64",
     ),
+    "flow": (
+        "flow matching (policy=flow: the same U-Net, 10 Euler steps) instead of diffusion",
+        ["policy=flow"],
+        [],
+        None,
+    ),
+    "flow_act2": ("flow matching, executing 2 actions per chunk", [], ["n_action_steps=2"], "flow"),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)
@@ -129,6 +136,11 @@ def collect(a: argparse.Namespace) -> Path:
     return root / "store"
 
 
+def _policy_choice(overrides: list[str]) -> list[str]:
+    """The variant's ``policy=NAME`` override, or ``policy=diffusion`` (Hydra takes a group once)."""
+    return [o for o in overrides if o.startswith("policy=")][-1:] or ["policy=diffusion"]
+
+
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
     what, overrides, eval_overrides, train_as = VARIANTS[name]
@@ -143,14 +155,14 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
         [
             rewind_bin("rewind-train"),
             f"env={a.task}",
-            "policy=diffusion",
+            *_policy_choice(train_overrides),
             f"data.path={store}",
             f"train.steps={a.steps}",
             f"train.save_every={a.steps}",
             f"train.val_every={a.steps // 5}",
             "num_threads=2",
             "wandb.mode=offline",
-            *train_overrides,
+            *[o for o in train_overrides if not o.startswith("policy=")],
             f"out_dir={trained / 'train'}",
         ],
         trained / "train",

@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,39 @@ from rewind.train.policy_api import load_policy
 
 log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")
+
+
+def _stage_rows(stage: np.ndarray, gap: np.ndarray, tau: float, names: list[str]) -> list[dict[str, Any]]:
+    """Per stage with correction steps: their count, the share above ``tau``, the median disagreement."""
+    rows = []
+    for s, name in enumerate(names):
+        sel = stage == s
+        if sel.any():
+            rows.append(
+                {
+                    "stage": name,
+                    "steps": int(sel.sum()),
+                    "conflicting": float((gap[sel] > tau).mean()),
+                    "median_disagreement": float(np.median(gap[sel])),
+                }
+            )
+    return rows
+
+
+def _markdown(
+    rows: list[dict[str, Any]], labels: list[str], q: float, tau: float, gap: np.ndarray
+) -> list[str]:
+    """The table's Markdown lines: one row per stage, then all steps."""
+    lines = [
+        f"| stage | {'/'.join(labels)} steps | conflicting (> demos' q{q:.2f} = {tau:.3f}) | median disagreement |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['stage']} | {r['steps']} | {r['conflicting']:.0%} | {r['median_disagreement']:.3f} |"
+        for r in rows
+    ]
+    lines.append(f"| all | {len(gap)} | {float((gap > tau).mean()):.0%} | {float(np.median(gap)):.3f} |")
+    return lines
 
 
 def main() -> None:
@@ -62,18 +96,7 @@ def main() -> None:
     corr = step_table(a.round_store, policy, tuple(a.labels), base)
     tau = demo_threshold(demos, a.k, a.quantile)
     gap = disagreement(corr, demos, a.k, loo=False)
-    rows = []
-    for s, name in enumerate([*base.stage_names, "done"]):
-        sel = corr.stage == s
-        if sel.any():
-            rows.append(
-                {
-                    "stage": name,
-                    "steps": int(sel.sum()),
-                    "conflicting": float((gap[sel] > tau).mean()),
-                    "median_disagreement": float(np.median(gap[sel])),
-                }
-            )
+    rows = _stage_rows(corr.stage, gap, tau, [*base.stage_names, "done"])
     result = {
         "args": vars(a),
         "threshold": tau,
@@ -84,16 +107,7 @@ def main() -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    lines = [
-        f"| stage | {'/'.join(a.labels)} steps | conflicting (> demos' q{a.quantile:.2f} = {tau:.3f}) "
-        "| median disagreement |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['stage']} | {r['steps']} | {r['conflicting']:.0%} | {r['median_disagreement']:.3f} |"
-        for r in rows
-    ]
-    lines.append(f"| all | {len(gap)} | {result['conflicting']:.0%} | {float(np.median(gap)):.3f} |")
+    lines = _markdown(rows, a.labels, a.quantile, tau, gap)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     log.info("\n%s", "\n".join(lines))
 

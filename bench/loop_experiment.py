@@ -100,6 +100,26 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
     """(a): N scripted demos -> train from scratch -> evaluate, and (e) with test-time rewind."""
     base = root / task / f"demos_{n}"
     store = base / "store"
+    col = _collect_and_train(base, store, task, n, steps, a)
+    ev, evr = _evaluate_with_and_without_rewind(base, store, task, a)
+    return {
+        "method": "demos",
+        "seed": 0,
+        "round": 0,
+        "demos": col["succeeded"],
+        "operator_steps": col["store_info"]["n_operator_steps"],
+        "success": ev["success_rate"],
+        "ci95": ev["success_ci95"],
+        "episodes": ev["episodes"],
+        "success_with_rewind": evr["success_rate"],
+    }
+
+
+def _collect_and_train(
+    base: Path, store: Path, task: str, n: int, steps: int, a: argparse.Namespace
+) -> dict[str, Any]:
+    """Collect ``n`` scripted demos (seeds ``0..n-1``) into ``store`` and train a policy on them under
+    ``base / 'train'``; returns the collection's summary."""
     col = _run(
         [
             rewind_bin("rewind-collect"),
@@ -128,6 +148,14 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
         ],
         base / "train",
     )
+    return col
+
+
+def _evaluate_with_and_without_rewind(
+    base: Path, store: Path, task: str, a: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Calibrate a TIDE monitor for ``base / 'train'`` on ``store``, then evaluate the policy on seeds
+    ``10000..`` without and with test-time rewind (``restore``); returns both evaluations' summaries."""
     common = [f"policy_path={base / 'train'}", f"env={task}", "device=cpu", "num_threads=1", "progress=false"]
     _run(
         [
@@ -166,17 +194,7 @@ def more_demos(root: Path, task: str, n: int, steps: int, a: argparse.Namespace)
         ],
         base / "eval_rewind",
     )
-    return {
-        "method": "demos",
-        "seed": 0,
-        "round": 0,
-        "demos": col["succeeded"],
-        "operator_steps": col["store_info"]["n_operator_steps"],
-        "success": ev["success_rate"],
-        "ci95": ev["success_ci95"],
-        "episodes": ev["episodes"],
-        "success_with_rewind": evr["success_rate"],
-    }
+    return ev, evr
 
 
 def loop(

@@ -266,8 +266,8 @@ def measure(args: argparse.Namespace, loaded: Any, monitor: Monitor, tracker: An
     return {"rounds": rounds, "summary": summary}
 
 
-def main() -> None:
-    """Parse the arguments, prepare the policy and the monitor, measure, write the JSON."""
+def _parser() -> argparse.ArgumentParser:
+    """The bench's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="pick_place")
     parser.add_argument("--policy-path", default=None, help="weights to run (default: train a fresh one)")
@@ -293,6 +293,12 @@ def main() -> None:
         "--threads", type=int, default=1, help="torch threads for every setting (the commands' default: 1)"
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results/rollout_batched.json"))
+    return parser
+
+
+def main() -> None:
+    """Parse the arguments, prepare the policy and the monitor, measure, write the JSON."""
+    parser = _parser()
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.threads < 1:

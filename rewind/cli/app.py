@@ -105,35 +105,57 @@ def hydra_command(
                 _fail(prog, exc)
             if _debug():
                 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-            in_task = False
-
-            def task(cfg: DictConfig) -> None:
-                nonlocal in_task
-                in_task = True
-                try:
-                    _execute(func, cls, cfg, prog, original, fresh)
-                finally:
-                    in_task = False
-
-            hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
-            saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
-            sys.argv = [sys.argv[0], *flags, *framework, *overrides]
-            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; reported below
-            try:
-                hydra_main(task)()
-            except HYDRA_USER_ERRORS as exc:
-                if in_task or _debug():
-                    raise
-                _fail(prog, ConfigError(describe_hydra_error(exc, cls)))
-            finally:
-                sys.argv = saved_argv
-                _restore_env("HYDRA_FULL_ERROR", saved_full_error)
+            _run_under_hydra(
+                (config_path, config_name),
+                [*flags, *framework, *overrides],
+                lambda cfg: _execute(func, cls, cfg, prog, original, fresh),
+                cls,
+                prog,
+            )
 
         main.schema = cls  # type: ignore[attr-defined]
         main.config_name = config_name  # type: ignore[attr-defined]
         return main
 
     return decorate
+
+
+def _run_under_hydra(
+    config: tuple[str, str],
+    argv: list[str],
+    run_task: Callable[[DictConfig], None],
+    cls: type[CommandConfig],
+    prog: str,
+) -> None:
+    """Run ``run_task`` as the Hydra task of ``config`` (path, name) with command line ``argv``.
+
+    Hydra's user errors raised outside the task (bad overrides, missing groups) become one-line
+    errors naming the problem; errors raised inside the task, or with ``RWD_DEBUG=1``, propagate.
+    ``sys.argv`` and ``HYDRA_FULL_ERROR`` are restored afterwards.
+    """
+    in_task = False
+
+    def task(cfg: DictConfig) -> None:
+        nonlocal in_task
+        in_task = True
+        try:
+            run_task(cfg)
+        finally:
+            in_task = False
+
+    hydra_main = hydra.main(version_base="1.3", config_path=config[0], config_name=config[1])
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = [sys.argv[0], *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; reported below
+    try:
+        hydra_main(task)()
+    except HYDRA_USER_ERRORS as exc:
+        if in_task or _debug():
+            raise
+        _fail(prog, ConfigError(describe_hydra_error(exc, cls)))
+    finally:
+        sys.argv = saved_argv
+        _restore_env("HYDRA_FULL_ERROR", saved_full_error)
 
 
 def _debug() -> bool:
