@@ -129,28 +129,18 @@ def _run_under_hydra(
 ) -> None:
     """Run ``run_task`` as the Hydra task of ``config`` (path, name) with command line ``argv``.
 
-    Hydra's user errors raised outside the task (bad overrides, missing groups) become one-line
-    errors naming the problem; errors raised inside the task, or with ``RWD_DEBUG=1``, propagate.
-    ``sys.argv`` and ``HYDRA_FULL_ERROR`` are restored afterwards.
+    Hydra's user errors (bad overrides, unknown groups or options) become one-line errors naming the
+    problem, or propagate with ``RWD_DEBUG=1``. Errors that the task itself reports are handled in
+    ``_execute``. ``sys.argv`` and ``HYDRA_FULL_ERROR`` are restored afterwards.
     """
-    in_task = False
-
-    def task(cfg: DictConfig) -> None:
-        nonlocal in_task
-        in_task = True
-        try:
-            run_task(cfg)
-        finally:
-            in_task = False
-
     hydra_main = hydra.main(version_base="1.3", config_path=config[0], config_name=config[1])
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; reported below
     try:
-        hydra_main(task)()
+        hydra_main(run_task)()
     except HYDRA_USER_ERRORS as exc:
-        if in_task or _debug():
+        if _debug():
             raise
         _fail(prog, ConfigError(describe_hydra_error(exc, cls)))
     finally:
