@@ -90,6 +90,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         None,
     ),
     "flow_act2": ("flow matching, executing 2 actions per chunk", [], ["n_action_steps=2"], "flow"),
+    "obs_noise_0.03": (
+        "Gaussian noise of std 0.03 (normalized units) on the low-dim observations in training",
+        ["policy.obs_noise=0.03"],
+        [],
+        None,
+    ),
+    "obs_noise_0.03_act2": (
+        "observation noise 0.03, executing 2 actions per chunk",
+        [],
+        ["n_action_steps=2"],
+        "obs_noise_0.03",
+    ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)

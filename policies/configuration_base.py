@@ -8,6 +8,7 @@ and are converted back).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rewind.config import check_choice, check_range, require
@@ -35,6 +36,10 @@ class PolicyConfig:
         obs_scale_floor: per low-dim observation key, the least normalization scale of a dimension as
             a fraction of that key's largest (0: off; see :mod:`rewind.policies.normalizer`): a
             quaternion's x/y that never moved in the demos then scale like its z/w.
+        obs_noise: standard deviation of Gaussian noise added to every normalized low-dim observation
+            in training (drawn from the training generator, independently per window, step and
+            coordinate; validation and inference see clean observations). 0 (default): off. A
+            regularizer for small demo sets: nearby states must map to the same action chunk.
         obs_feature_dim: ``F`` of the low-dim encoder MLP.
         low_dim_mode: ``flatten`` (MLP on the ``To`` steps concatenated) or ``per_step``.
         image_crop_ratio: random-crop side ratio while training (center crop at eval), in (0, 1].
@@ -59,6 +64,7 @@ class PolicyConfig:
     obs_norm: str = "min_max"
     obs_clip: float | None = None
     obs_scale_floor: float = 0.0
+    obs_noise: float = 0.0
     obs_feature_dim: int = 256
     low_dim_mode: str = "flatten"
     image_crop_ratio: float = 0.9
@@ -88,6 +94,10 @@ class PolicyConfig:
         require(
             0.0 <= self.obs_scale_floor <= 1.0,
             f"obs_scale_floor must be in [0, 1]; got {self.obs_scale_floor}",
+        )
+        require(
+            math.isfinite(self.obs_noise) and self.obs_noise >= 0.0,
+            f"obs_noise must be a finite number >= 0; got {self.obs_noise}",
         )
         check_range("obs_feature_dim", self.obs_feature_dim, 1)
         check_choice("low_dim_mode", self.low_dim_mode, ["flatten", "per_step"])

@@ -171,11 +171,23 @@ class ObsConditionedPolicy(ActionChunkPolicy):
         return out
 
     def encode_obs(self, obs: Obs, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Checked, normalized, encoded features ``[B, F]`` (``generator``: image crops in training)."""
+        """Checked, normalized, encoded features ``[B, F]``. In training mode ``generator`` draws the
+        image crops and, with ``config.obs_noise > 0``, the low-dim observation noise."""
         obs_n = self.normalizer.normalize_obs(self.check_obs(obs))
+        if self.training and generator is not None and self.config.obs_noise > 0:
+            obs_n = self._add_obs_noise(obs_n, generator)
         if isinstance(self.obs_encoder, ImageEncoder):
             return self.obs_encoder(obs_n, generator)
         return self.obs_encoder(obs_n)
+
+    def _add_obs_noise(self, obs_n: dict[str, torch.Tensor], generator: torch.Generator) -> Obs:
+        """``obs_n`` with ``N(0, obs_noise^2)`` added to each low-dim key (normalized units)."""
+        out = dict(obs_n)
+        for key in self.obs_keys:
+            x = out[key]
+            noise = torch.randn(x.shape, generator=generator, device=generator.device)
+            out[key] = x + self.config.obs_noise * noise.to(device=x.device, dtype=x.dtype)
+        return out
 
     def encode(self, obs: Obs) -> torch.Tensor:
         """Observation features ``[B, F]`` from a window ``dict[key -> [B, To, ...]]`` (env units)."""
