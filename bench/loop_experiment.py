@@ -36,11 +36,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
+from _loop_report import save, with_control  # noqa: E402
 
 from rewind.loop.lineage import round_dir
-from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("loop_experiment")
 
@@ -256,70 +255,6 @@ def _operator_time(out: Path, last: int) -> float:
     return round(total, 3)
 
 
-def plot(points: list[dict[str, Any]], task: str, path: Path) -> None:
-    """Success vs operator steps per method: per round, the mean over seeds of the operator steps and the
-    success, with the Wilson interval of the episodes pooled over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    labels = {"demos": "(a) more demos", **METHODS}
-    for method, label in labels.items():
-        rows = _seed_means([p for p in points if p["method"] == method])
-        if not rows:
-            continue
-        x, y = [p["operator_steps"] for p in rows], [p["success"] for p in rows]
-        err = [
-            [v - p["ci95"][0] for v, p in zip(y, rows, strict=True)],
-            [p["ci95"][1] - v for v, p in zip(y, rows, strict=True)],
-        ]
-        n_seeds = max(p["n_seeds"] for p in rows)
-        line = ax.errorbar(
-            x, y, yerr=err, marker="o", capsize=3, label=label + (f" ({n_seeds} seeds)" * (n_seeds > 1))
-        )
-        rw = [
-            (xi, p["success_with_rewind"])
-            for xi, p in zip(x, rows, strict=True)
-            if p["success_with_rewind"] is not None
-        ]
-        if rw:
-            ax.plot(*zip(*rw, strict=True), ls=":", marker="x", color=line[0].get_color())
-    ax.set(
-        xlabel="operator steps (demos + interventions)",
-        ylabel="success (95% Wilson)",
-        ylim=(0, 1.02),
-        title=f"{task}: success vs operator steps (x: + test-time rewind)",
-    )
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _seed_means(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (round, demos) of ``points``: means over seeds; Wilson interval of the pooled episodes."""
-    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for p in points:
-        groups.setdefault((p["round"], p.get("demos", 0)), []).append(p)
-    rows = []
-    for grp in groups.values():
-        n_eps = sum(p.get("episodes", 100) for p in grp)
-        wins = sum(round(p["success"] * p.get("episodes", 100)) for p in grp)
-        rw = [p["success_with_rewind"] for p in grp if p["success_with_rewind"] is not None]
-        rows.append(
-            {
-                "operator_steps": float(np.mean([p["operator_steps"] for p in grp])),
-                "success": wins / n_eps,
-                "ci95": list(wilson_interval(wins, n_eps)),
-                "n_seeds": len(grp),
-                "success_with_rewind": float(np.mean(rw)) if rw else None,
-            }
-        )
-    return sorted(rows, key=lambda r: r["operator_steps"])
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the plan task by task; rewrite the JSON and plots after every run."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -369,13 +304,13 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             if part == "demos":
                 points.append(more_demos(root, task, n, plan["steps"], a))
-                _save(results, out, task, points)
+                save(results, out, task, points, METHODS)
                 continue
             base = root / task / f"demos_{first}" / "train"
             for seed in a.seeds:
                 for i, method in enumerate(a.methods):
                     points += loop(root, task, method, seed, base, a, control=i == 0)
-                    _save(results, out, task, _with_control(points))
+                    save(results, out, task, with_control(points), METHODS)
 
 
 def adopt(root: Path, item: str) -> None:
@@ -392,57 +327,6 @@ def adopt(root: Path, item: str) -> None:
     for name in ("store", "collect", "train"):
         if not (dst / name).exists():
             (dst / name).symlink_to(src / name, target_is_directory=True)
-
-
-def _with_control(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fill every loop point's ``control_success`` from the loop (same task, seed, round) that trained it."""
-    ctrl = {
-        (p["seed"], p["round"]): p["control_success"] for p in points if p.get("control_success") is not None
-    }
-    for p in points:
-        if p["method"] != "demos" and p.get("control_success") is None:
-            p["control_success"] = ctrl.get((p["seed"], p["round"]))
-    return points
-
-
-def table(points: list[dict[str, Any]]) -> str:
-    """The points as a Markdown table (one row per method, seed and round; the base once per seed)."""
-    names = {"demos": "(a) more demos", **METHODS}
-    rows = [
-        "| method | seed | round | operator steps | success (95% Wilson) | + test-time rewind | control |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    seen = set()
-    for p in sorted(
-        points, key=lambda p: (list(names).index(p["method"]), p["seed"], p["round"], p["operator_steps"])
-    ):
-        if p["method"] != "demos" and p["round"] == 0:
-            if p["seed"] in seen:
-                continue
-            seen.add(p["seed"])
-            label = "base (round 0 of every loop)"
-        else:
-            label = f"(a) {p['demos']} demos" if p["method"] == "demos" else names[p["method"]]
-        lo, hi = p["ci95"]
-        rw = "" if p.get("success_with_rewind") is None else f"{p['success_with_rewind']:.0%}"
-        ctrl = "" if p.get("control_success") is None else f"{p['control_success']:.0%}"
-        rows.append(
-            f"| {label} | {p['seed']} | {p['round']} | {p['operator_steps']:,} | "
-            f"{p['success']:.0%} [{lo:.2f}, {hi:.2f}] | {rw} | {ctrl} |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-def _task_file(out: Path, task: str, suffix: str) -> Path:
-    """``out`` with ``suffix`` when its name already ends with ``task``, else
-    ``<out stem>_<task><suffix>``."""
-    return out.with_suffix(suffix) if out.stem.endswith(task) else out.with_name(f"{out.stem}_{task}{suffix}")
-
-
-def _save(results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]]) -> None:
-    out.write_text(json.dumps(results, indent=2))
-    _task_file(out, task, ".md").write_text(table(points))
-    plot(points, task, _task_file(out, task, ".png"))
 
 
 if __name__ == "__main__":
