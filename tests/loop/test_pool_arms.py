@@ -86,31 +86,15 @@ def test_pool_arms_names_a_missing_round_and_a_missing_name(tmp_path: Path) -> N
     assert not (tmp_path / "p.json").exists()
 
 
-def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> None:
-    loop = {
-        "runs": [
-            {
-                "out_dir": "loop_s0",
-                "summary": {
-                    "rounds": [
-                        {"round": 0, "success_rate": 0.2},
-                        {
-                            "round": 1,
-                            "success_rate": 0.30,
-                            "candidate_success": None,
-                            "control_success": 0.20,
-                        },
-                        {
-                            "round": 2,
-                            "success_rate": 0.30,
-                            "candidate_success": 0.50,
-                            "control_success": 0.25,
-                        },
-                    ]
-                },
-            }
-        ]
-    }
+def _rejected_round2(tmp_path: Path) -> list[str]:
+    """A loop seed whose round-2 candidate (50%) was rejected (round 1's 30% deployed), held-out files
+    for round 1's and round 2's policies; the pool_arms command line up to the arm names."""
+    rounds = [
+        {"round": 0, "success_rate": 0.2},
+        {"round": 1, "success_rate": 0.30, "candidate_success": None, "control_success": 0.20},
+        {"round": 2, "success_rate": 0.30, "candidate_success": 0.50, "control_success": 0.25},
+    ]
+    loop = {"runs": [{"out_dir": "loop_s0", "summary": {"rounds": rounds}}]}
     (tmp_path / "loop.json").write_text(json.dumps(loop))
     held1 = {"results": {"m_r1": {"summary": {"successes": 33, "episodes": 100}}}}
     held2 = {
@@ -120,7 +104,7 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     }
     (tmp_path / "h1.json").write_text(json.dumps(held1))
     (tmp_path / "h2.json").write_text(json.dumps(held2))
-    base = [
+    return [
         sys.executable,
         str(SCRIPT),
         "--loop",
@@ -133,6 +117,10 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
         str(tmp_path / "h1.json"),
         str(tmp_path / "h2.json"),
     ]
+
+
+def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> None:
+    base = _rejected_round2(tmp_path)
     cand = subprocess.run([*base, "--main", "m_r2", "--control", "c_r2"], capture_output=True, text=True)
     assert cand.returncode == 0, cand.stderr
     res = json.loads((tmp_path / "p.json").read_text())
@@ -144,6 +132,10 @@ def test_pool_arms_deployed_replaces_a_rejected_candidate(tmp_path: Path) -> Non
     res = json.loads((tmp_path / "p.json").read_text())
     assert res["arms"] == "deployed" and res["pooled"]["main"]["successes"] == 30 + 33
     assert res["pooled"]["control"]["successes"] == 25 + 21
+
+
+def test_pool_arms_refuses_a_name_in_two_heldout_files(tmp_path: Path) -> None:
+    base = _rejected_round2(tmp_path)
     other = {"results": {"m_r1": {"summary": {"successes": 99, "episodes": 100}}}}
     (tmp_path / "h3.json").write_text(json.dumps(other))
     clash = subprocess.run(
