@@ -1,5 +1,6 @@
-"""The controller side of the adapter: which controller configs are supported, and the controller
-state that a rewind checkpoint must carry besides the MuJoCo state.
+"""The controller side of the adapter: which controller configs are supported, the kwargs
+``robosuite.make`` gets (:func:`robosuite_kwargs`), and the controller state that a rewind checkpoint
+must carry besides the MuJoCo state.
 
 robosuite keeps state outside ``MjData``: each part controller's goal, reference frames, nullspace
 target and flags; the Panda gripper's ramped command (``current_action``, 0.2 per step); the robot's
@@ -107,3 +108,48 @@ def restore_controllers(robots: list[Any], state: tuple[Any, ...]) -> None:
             robot.gripper[arm].current_action = value
         for key, value in buffers.items():
             setattr(robot, key, value)
+
+
+#: robosuite kwargs the adapter sets itself (low-dim, headless, no hard resets, episode end by rewind).
+FORCED_KWARGS = (
+    "has_renderer",
+    "has_offscreen_renderer",
+    "use_camera_obs",
+    "ignore_done",
+    "hard_reset",
+    "seed",
+)
+_DEFAULTS: dict[str, Any] = {"control_freq": 20, "reward_shaping": False, "use_object_obs": True}
+
+
+def robosuite_kwargs(
+    robot: str, controller_configs: dict | None, env_kwargs: dict | None, model_seed: int
+) -> dict[str, Any]:
+    """The kwargs for ``robosuite.make``: defaults, then ``env_kwargs``, then the adapter's forced ones."""
+    kwargs = {**_DEFAULTS, **(env_kwargs or {})}
+    robots = kwargs.pop("robots", robot)
+    robots = [robots] if isinstance(robots, str) else list(robots)
+    if len(robots) != 1 or robots[0] not in ROBOTS:
+        raise UnsupportedEnvMeta(f"robots {robots} are not supported; supported: one of {list(ROBOTS)}")
+    kwargs["controller_configs"] = composite_config(
+        kwargs.pop("controller_configs", controller_configs), robots[0]
+    )
+    for key in (
+        "camera_names",
+        "camera_heights",
+        "camera_widths",
+        "camera_depths",
+        "render_camera",
+        "renderer",
+        "camera_segmentations",
+    ):
+        kwargs.pop(key, None)  # low-dim only: camera settings of an image dataset do not apply
+    forced = {
+        "has_renderer": False,
+        "has_offscreen_renderer": False,
+        "use_camera_obs": False,
+        "ignore_done": True,
+        "hard_reset": False,
+        "seed": int(model_seed),
+    }
+    return {**kwargs, "robots": robots[0], **forced}

@@ -25,8 +25,8 @@ import h5py
 import numpy as np
 
 from rewind.envs.robosuite import BY_ROBOSUITE_NAME, GYM_IDS
-from rewind.envs.robosuite.controller import UnsupportedEnvMeta
-from rewind.envs.robosuite.env import FORCED_KWARGS, RobosuiteEnv
+from rewind.envs.robosuite.controller import FORCED_KWARGS, UnsupportedEnvMeta
+from rewind.envs.robosuite.env import RobosuiteEnv
 from rewind.envs.robosuite.operators import make_operator
 
 logger = logging.getLogger(__name__)

@@ -32,13 +32,12 @@ import numpy as np
 
 from rewind.envs.robosuite.compat import require_robosuite
 from rewind.envs.robosuite.controller import (
-    UnsupportedEnvMeta,
     capture_controllers,
-    composite_config,
     restore_controllers,
+    robosuite_kwargs,
 )
 from rewind.envs.robosuite.rotations import quat_xyzw_to_mat, rotvec
-from rewind.envs.robosuite.tasks import OBS_KEYS, ROBOTS, get_task
+from rewind.envs.robosuite.tasks import OBS_KEYS, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +55,6 @@ _BAD_WARNINGS = np.array(
         )
     ]
 )
-#: robosuite kwargs the adapter sets itself (low-dim, headless, no hard resets, episode end by rewind).
-FORCED_KWARGS = (
-    "has_renderer",
-    "has_offscreen_renderer",
-    "use_camera_obs",
-    "ignore_done",
-    "hard_reset",
-    "seed",
-)
-_DEFAULTS: dict[str, Any] = {"control_freq": 20, "reward_shaping": False, "use_object_obs": True}
 
 
 @dataclass(frozen=True)
@@ -92,39 +81,6 @@ class RobosuiteSnapshot:
     def __post_init__(self) -> None:
         if self.physics.flags.writeable:
             raise ValueError("RobosuiteSnapshot.physics must be a read-only array")
-
-
-def robosuite_kwargs(
-    robot: str, controller_configs: dict | None, env_kwargs: dict | None, model_seed: int
-) -> dict[str, Any]:
-    """The kwargs for ``robosuite.make``: defaults, then ``env_kwargs``, then the adapter's forced ones."""
-    kwargs = {**_DEFAULTS, **(env_kwargs or {})}
-    robots = kwargs.pop("robots", robot)
-    robots = [robots] if isinstance(robots, str) else list(robots)
-    if len(robots) != 1 or robots[0] not in ROBOTS:
-        raise UnsupportedEnvMeta(f"robots {robots} are not supported; supported: one of {list(ROBOTS)}")
-    kwargs["controller_configs"] = composite_config(
-        kwargs.pop("controller_configs", controller_configs), robots[0]
-    )
-    for key in (
-        "camera_names",
-        "camera_heights",
-        "camera_widths",
-        "camera_depths",
-        "render_camera",
-        "renderer",
-        "camera_segmentations",
-    ):
-        kwargs.pop(key, None)  # low-dim only: camera settings of an image dataset do not apply
-    forced = {
-        "has_renderer": False,
-        "has_offscreen_renderer": False,
-        "use_camera_obs": False,
-        "ignore_done": True,
-        "hard_reset": False,
-        "seed": int(model_seed),
-    }
-    return {**kwargs, "robots": robots[0], **forced}
 
 
 class RobosuiteEnv(gym.Env):
