@@ -102,6 +102,13 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         ["n_action_steps=2"],
         "obs_noise_0.03",
     ),
+    "all_demos": (
+        "train on all 100 demos (data.val_fraction=0: no 10 held out for the validation loss)",
+        ["data.val_fraction=0"],
+        [],
+        None,
+    ),
+    "all_demos_act2": ("all 100 demos, executing 2 actions per chunk", [], ["n_action_steps=2"], "all_demos"),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)
