@@ -163,8 +163,9 @@ def _policy_choice(overrides: list[str]) -> list[str]:
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
     what, overrides, eval_overrides, train_as = VARIANTS[name]
-    out = Path(a.root) / f"{name}{a.tag}_s{a.steps}"
-    trained = Path(a.root) / f"{train_as or name}{a.tag}_s{a.steps}"
+    tag = a.tag + (f"_seed{a.train_seed}" if a.train_seed else "")
+    out = Path(a.root) / f"{name}{tag}_s{a.steps}"
+    trained = Path(a.root) / f"{train_as or name}{tag}_s{a.steps}"
     train_overrides = VARIANTS[train_as][1] if train_as else overrides
     if any("ROUND_STORE" in o for o in train_overrides):
         if not a.round_store:
@@ -181,6 +182,7 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
             f"train.val_every={a.steps // 5}",
             "num_threads=2",
             "wandb.mode=offline",
+            f"seed={a.train_seed}",
             *[o for o in train_overrides if not o.startswith("policy=")],
             f"out_dir={trained / 'train'}",
         ],
@@ -207,6 +209,7 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
         "changes": what,
         "overrides": train_overrides + eval_overrides,
         "eval_seed": a.eval_seed,
+        "train_seed": a.train_seed,
         "success": ev["success_rate"],
         "ci95": ev["success_ci95"],
         "episodes": ev["episodes"],
@@ -233,6 +236,12 @@ def main() -> None:
         default="",
         help="appended to the variants' folder names (e.g. _loop1 for fs_round on another round store)",
     )
+    ap.add_argument(
+        "--train-seed",
+        type=int,
+        default=0,
+        help="rewind-train's seed (init, batches, validation split); a nonzero one runs under <variant>_seedN_s<steps>",
+    )
     ap.add_argument("--out", default="bench/results/base_ablation_stack3.json")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -240,7 +249,12 @@ def main() -> None:
     rows = [run_variant(name, store, a) for name in a.variants]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"task": a.task, "demos": a.demos, "steps": a.steps, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"task": a.task, "demos": a.demos, "steps": a.steps, "train_seed": a.train_seed, "rows": rows},
+            indent=2,
+        )
+    )
     lines = [
         f"| variant | what changes | success ({a.episodes} episodes, seeds {a.eval_seed}..) | 95% Wilson "
         "| train wall time |",
