@@ -1,0 +1,100 @@
+"""Pool a base recipe's evaluations over training seeds: ``bench/base_ablation.py`` rows, recipe by recipe.
+
+Each ``--arm NAME=FILE:VARIANT[,FILE:VARIANT...]`` names one recipe and, per training seed, the
+``base_ablation.py`` result file and the row (variant) that holds its evaluation. All rows of one
+comparison must be on the same evaluation seeds and episode count (refused otherwise). Writes, per
+arm, each training seed's success and the pooled successes with the 95% Wilson interval, and the
+difference of each arm from the first, in points. Nothing is run; the numbers are the files' own.
+
+    .venv/bin/python bench/pool_base.py \\
+        --arm all_demos=bench/results/base_ablation_stack3_all_demos_s12000_seeds70000.json:all_demos_act2,bench/results/base_ablation_stack3_all_demos_s12000_seed1_seeds70000.json:all_demos_act2 \\
+        --arm 90_demos=bench/results/base_ablation_stack3_s12000_seeds70000.json:ddim_eta1_act2,bench/results/base_ablation_stack3_baseline_s12000_seed1_seeds70000.json:act2 \\
+        --out bench/results/pooled_stack3_base_all_demos.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from _commands import write_result
+
+from rewind.utils.stats import wilson_interval
+
+log = logging.getLogger("bench")
+
+
+def _row(spec: str) -> dict[str, Any]:
+    """The ``base_ablation.py`` row named by ``FILE:VARIANT``, with its file's training seed."""
+    path, sep, variant = spec.rpartition(":")
+    if not sep or not path:
+        raise SystemExit(f"--arm entry {spec!r}: expected FILE:VARIANT")
+    record = json.loads(Path(path).read_text())
+    rows = [r for r in record.get("rows", []) if r.get("variant") == variant]
+    if not rows:
+        found = sorted(r.get("variant") for r in record.get("rows", []))
+        raise SystemExit(f"{path}: no row {variant!r}; its rows: {found}")
+    row = rows[0]
+    seed = row.get("train_seed", record.get("train_seed", 0))
+    return {
+        "file": path,
+        "variant": variant,
+        "train_seed": seed,
+        **{k: row[k] for k in ("success", "episodes", "eval_seed")},
+    }
+
+
+def pool_arm(name: str, specs: list[str]) -> dict[str, Any]:
+    """One arm: its per-seed rows and the pooled success with its Wilson interval."""
+    rows = [_row(s) for s in specs]
+    k = sum(round(r["success"] * r["episodes"]) for r in rows)
+    n = sum(r["episodes"] for r in rows)
+    return {
+        "arm": name,
+        "runs": rows,
+        "successes": k,
+        "episodes": n,
+        "success": k / n,
+        "ci95": wilson_interval(k, n),
+    }
+
+
+def main() -> None:
+    """Pool the arms and write the JSON and a Markdown table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arm", action="append", required=True, help="NAME=FILE:VARIANT[,FILE:VARIANT...]")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    arms = []
+    for spec in a.arm:
+        name, sep, files = spec.partition("=")
+        if not sep or not files:
+            raise SystemExit(f"--arm {spec!r}: expected NAME=FILE:VARIANT[,FILE:VARIANT...]")
+        arms.append(pool_arm(name, files.split(",")))
+    evals = {(r["eval_seed"], r["episodes"]) for arm in arms for r in arm["runs"]}
+    if len(evals) != 1:
+        raise SystemExit(f"the rows are on different evaluation seeds or episode counts: {sorted(evals)}")
+    for arm in arms:
+        arm["minus_first_points"] = round(100 * (arm["success"] - arms[0]["success"]), 1)
+    out = Path(a.out)
+    write_result(out, {"eval_seed": evals.pop()[0], "arms": arms})
+    lines = [
+        "| recipe | per training seed | pooled | 95% Wilson | vs first (points) |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in arms:
+        per = ", ".join(f"seed {r['train_seed']}: {r['success']:.0%}" for r in arm["runs"])
+        lo, hi = arm["ci95"]
+        lines.append(
+            f"| {arm['arm']} | {per} | {arm['successes']}/{arm['episodes']} = {arm['success']:.1%} "
+            f"| [{lo:.2f}, {hi:.2f}] | {arm['minus_first_points']:+.1f} |"
+        )
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
