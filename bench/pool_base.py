@@ -32,7 +32,10 @@ def _row(spec: str) -> dict[str, Any]:
     path, sep, variant = spec.rpartition(":")
     if not sep or not path:
         raise SystemExit(f"--arm entry {spec!r}: expected FILE:VARIANT")
-    record = json.loads(Path(path).read_text())
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path}: not a readable base_ablation.py result file ({e})") from None
     rows = [r for r in record.get("rows", []) if r.get("variant") == variant]
     if not rows:
         found = sorted(r.get("variant") for r in record.get("rows", []))

@@ -58,3 +58,12 @@ def test_malformed_entry_and_mixed_eval_seeds_are_refused(tmp_path: Path) -> Non
     res = _run(tmp_path, f"new={a0}", f"old={b0}")
     assert res.returncode != 0 and "different evaluation seeds" in res.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_unreadable_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    res = _run(tmp_path, f"new={bad}:x_act2")
+    assert res.returncode != 0 and "bad.json: not a readable base_ablation.py result file" in res.stderr
+    res = _run(tmp_path, f"new={tmp_path / 'missing.json'}:x_act2")
+    assert res.returncode != 0 and "missing.json: not a readable" in res.stderr
