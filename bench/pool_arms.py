@@ -68,14 +68,15 @@ def _candidates(
 
 
 def _said(arm: dict[str, Any]) -> str:
-    """``k/n = x% [lo, hi]`` of an arm's record (:func:`_arm`)."""
+    """``k/n = x% [lo, hi]`` of an arm's record (:func:`arm_record`)."""
     lo, hi = arm["ci95"]
     return (
         f"{arm['successes']}/{arm['episodes']} = {100 * arm['success']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
     )
 
 
-def _arm(k: int, n: int) -> dict[str, Any]:
+def arm_record(k: int, n: int) -> dict[str, Any]:
+    """``k`` successes of ``n`` episodes: the counts, the rate and its 95% Wilson interval."""
     return {"successes": k, "episodes": n, "success": k / n, "ci95": list(wilson_interval(k, n))}
 
 
@@ -112,12 +113,12 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
             if held:
                 h = held[(args.main if arm == "main" else args.control)[i]]["summary"]
                 k, n = k + h["successes"], n + h["episodes"]
-            row[arm] = _arm(k, n)
+            row[arm] = arm_record(k, n)
             tot[arm][0] += k
             tot[arm][1] += n
         row["difference_points"] = 100 * (row["main"]["success"] - row["control"]["success"])
         per_seed.append(row)
-    pooled = {arm: _arm(*kn) for arm, kn in tot.items()}
+    pooled = {arm: arm_record(*kn) for arm, kn in tot.items()}
     pooled["difference_points"] = 100 * (pooled["main"]["success"] - pooled["control"]["success"])
     return {
         "loop": str(args.loop),

@@ -21,10 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from _commands import write_result
-
-from rewind.utils.stats import wilson_interval
-
-log = logging.getLogger("bench")
+from pool_arms import arm_record
 
 
 def _row(spec: str) -> dict[str, Any]:
@@ -55,14 +52,7 @@ def pool_arm(name: str, specs: list[str]) -> dict[str, Any]:
     rows = [_row(s) for s in specs]
     k = sum(round(r["success"] * r["episodes"]) for r in rows)
     n = sum(r["episodes"] for r in rows)
-    return {
-        "arm": name,
-        "runs": rows,
-        "successes": k,
-        "episodes": n,
-        "success": k / n,
-        "ci95": wilson_interval(k, n),
-    }
+    return {"arm": name, "runs": rows, **arm_record(k, n)}
 
 
 def main() -> None:
