@@ -109,6 +109,24 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         None,
     ),
     "all_demos_act2": ("all 100 demos, executing 2 actions per chunk", [], ["n_action_steps=2"], "all_demos"),
+    "all_demos_h8": (
+        "all 100 demos, predicting 8-action chunks instead of 16 (policy.horizon=8; executes 4 by default)",
+        ["data.val_fraction=0", "policy.horizon=8", "policy.n_action_steps=4"],
+        [],
+        None,
+    ),
+    "all_demos_h8_act4": (
+        "all 100 demos, 8-action chunks, executing 4",
+        [],
+        ["n_action_steps=4"],
+        "all_demos_h8",
+    ),
+    "all_demos_h8_act2": (
+        "all 100 demos, 8-action chunks, executing 2",
+        [],
+        ["n_action_steps=2"],
+        "all_demos_h8",
+    ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)

@@ -1,0 +1,51 @@
+"""bench/base_ablation.py's variants are valid ``rewind-train`` and ``rewind-eval`` settings: each one's
+training overrides compose into a :class:`TrainConfig` (the policy node validated by its registry
+config), and each evaluation's ``n_action_steps`` fits the chunk its training predicts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from rewind.config import to_dataclass
+from rewind.train import TrainConfig
+from rewind.train.config import policy_config
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+import base_ablation  # noqa: E402
+
+VARIANTS = base_ablation.VARIANTS
+
+
+def _train_config(name: str) -> TrainConfig:
+    import rewind.scripts.train  # noqa: F401  (registers train_schema)
+
+    _, overrides, _, train_as = VARIANTS[name]
+    overrides = VARIANTS[train_as][1] if train_as else overrides
+    overrides = [o.replace("ROUND_STORE", "unused/store") for o in overrides]
+    policy = base_ablation._policy_choice(overrides)
+    rest = [o for o in overrides if not o.startswith("policy=")]
+    with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
+        cfg = compose("train", overrides=["env=stack3", *policy, "data.path=unused", "out_dir=unused", *rest])
+    return to_dataclass(cfg, TrainConfig)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_composes_and_its_execution_fits_the_chunk(name: str) -> None:
+    cfg = _train_config(name)
+    pc = policy_config(cfg.policy)
+    _, _, eval_overrides, _ = VARIANTS[name]
+    steps = [int(o.split("=", 1)[1]) for o in eval_overrides if o.startswith("n_action_steps=")]
+    for n in steps:
+        assert 1 <= n <= pc.horizon - pc.n_obs_steps + 1, (name, n, pc.horizon)
+
+
+def test_the_short_chunk_variant_changes_the_horizon() -> None:
+    pc = policy_config(_train_config("all_demos_h8").policy)
+    assert (pc.horizon, pc.n_action_steps) == (8, 4)
+    assert _train_config("all_demos_h8").data.val_fraction == 0
+    assert policy_config(_train_config("all_demos").policy).horizon == 16
