@@ -15,8 +15,11 @@ from rewind.train import TrainConfig
 from rewind.train.config import policy_config
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-import base_ablation  # noqa: E402
+sys.path.insert(0, str(BENCH))  # bench/ is not a package; taken off again once imported
+try:
+    import base_ablation
+finally:
+    sys.path.remove(str(BENCH))
 
 VARIANTS = base_ablation.VARIANTS
 
