@@ -178,17 +178,25 @@ def _policy_choice(overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.startswith("policy=")][-1:] or ["policy=diffusion"]
 
 
+def training_overrides(name: str, round_store: str | None = None) -> list[str]:
+    """The ``rewind-train`` overrides variant ``name`` trains with: its own, or those of the variant whose
+    training it reuses, with ``ROUND_STORE`` replaced by ``round_store`` (required where it appears)."""
+    _, overrides, _, train_as = VARIANTS[name]
+    overrides = VARIANTS[train_as][1] if train_as else overrides
+    if any("ROUND_STORE" in o for o in overrides):
+        if not round_store:
+            raise SystemExit(f"variant {name} needs --round-store (a loop round's collect/store)")
+        overrides = [o.replace("ROUND_STORE", round_store) for o in overrides]
+    return overrides
+
+
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
-    what, overrides, eval_overrides, train_as = VARIANTS[name]
+    what, _, eval_overrides, train_as = VARIANTS[name]
     tag = a.tag + (f"_seed{a.train_seed}" if a.train_seed else "")
     out = Path(a.root) / f"{name}{tag}_s{a.steps}"
     trained = Path(a.root) / f"{train_as or name}{tag}_s{a.steps}"
-    train_overrides = VARIANTS[train_as][1] if train_as else overrides
-    if any("ROUND_STORE" in o for o in train_overrides):
-        if not a.round_store:
-            raise SystemExit(f"variant {name} needs --round-store (a loop round's collect/store)")
-        train_overrides = [o.replace("ROUND_STORE", a.round_store) for o in train_overrides]
+    train_overrides = training_overrides(name, a.round_store)
     train = run_once(
         [
             rewind_bin("rewind-train"),

@@ -27,9 +27,7 @@ VARIANTS = base_ablation.VARIANTS
 def _train_config(name: str) -> TrainConfig:
     import rewind.scripts.train  # noqa: F401  (registers train_schema)
 
-    _, overrides, _, train_as = VARIANTS[name]
-    overrides = VARIANTS[train_as][1] if train_as else overrides
-    overrides = [o.replace("ROUND_STORE", "unused/store") for o in overrides]
+    overrides = base_ablation.training_overrides(name, round_store="unused/store")
     policy = base_ablation._policy_choice(overrides)
     rest = [o for o in overrides if not o.startswith("policy=")]
     with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
@@ -48,7 +46,8 @@ def test_each_variant_composes_and_its_execution_fits_the_chunk(name: str) -> No
 
 
 def test_the_short_chunk_variant_changes_the_horizon() -> None:
-    pc = policy_config(_train_config("all_demos_h8").policy)
+    cfg = _train_config("all_demos_h8")
+    pc = policy_config(cfg.policy)
     assert (pc.horizon, pc.n_action_steps) == (8, 4)
-    assert _train_config("all_demos_h8").data.val_fraction == 0
+    assert cfg.data.val_fraction == 0
     assert policy_config(_train_config("all_demos").policy).horizon == 16
