@@ -1,6 +1,7 @@
 """bench/base_ablation.py's variants are valid ``rewind-train`` and ``rewind-eval`` settings: each one's
 training overrides compose into a :class:`TrainConfig` (the policy node validated by its registry
-config), and each evaluation's ``n_action_steps`` fits the chunk its training predicts."""
+config), each one's evaluation overrides compose into a validated :class:`EvalConfig`, and each
+evaluation's ``n_action_steps`` fits the chunk its training predicts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from rewind.config import to_dataclass
+from rewind.eval import EvalConfig
 from rewind.train import TrainConfig
 from rewind.train.config import policy_config
 
@@ -51,3 +53,18 @@ def test_the_short_chunk_variant_changes_the_horizon() -> None:
     assert (pc.horizon, pc.n_action_steps) == (8, 4)
     assert cfg.data.val_fraction == 0
     assert policy_config(_train_config("all_demos").policy).horizon == 16
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variants_evaluation_overrides_compose(name: str) -> None:
+    import rewind.scripts.eval  # noqa: F401  (registers eval_schema)
+
+    _, _, eval_overrides, _ = VARIANTS[name]
+    with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
+        cfg = compose(
+            "eval", overrides=["env=stack3", "policy_path=unused", "out_dir=unused", *eval_overrides]
+        )
+    ev = to_dataclass(cfg, EvalConfig)
+    for o in eval_overrides:
+        key, value = o.split("=", 1)
+        assert str(getattr(ev, key)) == value, (name, o)
