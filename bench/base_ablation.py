@@ -109,6 +109,12 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         None,
     ),
     "all_demos_act2": ("all 100 demos, executing 2 actions per chunk", [], ["n_action_steps=2"], "all_demos"),
+    "all_demos_act2_inf20": (
+        "all 100 demos, executing 2 actions per chunk, with 20 DDIM steps instead of 10 (eval inference_steps)",
+        [],
+        ["n_action_steps=2", "inference_steps=20"],
+        "all_demos",
+    ),
     "all_demos_h8": (
         "all 100 demos, predicting 8-action chunks instead of 16 (policy.horizon=8; executes 4 by default)",
         ["data.val_fraction=0", "policy.horizon=8", "policy.n_action_steps=4"],
