@@ -3,7 +3,9 @@
 For pairs of run folders (``rewind-eval`` outputs with a ``summary.json`` over the same seeds), e.g. a
 control and a treatment that differ in one setting, it counts the successes of each, the seeds only
 the treatment solved (``fixed``) and only the control solved (``broken``), and the two-sided exact
-sign test of fixed against broken (the discordant pairs; McNemar's exact test):
+sign test of fixed against broken (the discordant pairs; McNemar's exact test). With several pairs
+(e.g. one per training seed) it also pools them: the episodes, successes and discordant pairs summed,
+and one sign test over the pooled discordant pairs:
 
     .venv/bin/python bench/paired_runs.py \\
         runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge:runs/s21/rw_progress0.02_mr10_bt1_s70000/stack3/restore_nudge \\
@@ -64,6 +66,13 @@ def compare(control: Path, treatment: Path) -> dict[str, Any]:
     }
 
 
+def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pairs summed: episodes, each side's successes, fixed, broken, and the sign test over them."""
+    keys = ("episodes", "control_successes", "treatment_successes", "fixed", "broken")
+    total = {k: sum(r[k] for r in rows) for k in keys}
+    return {"pairs": len(rows), **total, "sign_test_p": sign_test(total["fixed"], total["broken"])}
+
+
 def main() -> None:
     """Parse ``CONTROL:TREATMENT`` pairs, compare, log and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -89,7 +98,21 @@ def main() -> None:
             r["broken"],
             r["sign_test_p"],
         )
-    write_result(args.out, {"pairs": rows})
+    result: dict[str, Any] = {"pairs": rows}
+    if len(rows) > 1:
+        result["pooled"] = pooled(rows)
+        p = result["pooled"]
+        log.info(
+            "pooled over %d pairs: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
+            p["pairs"],
+            p["control_successes"],
+            p["treatment_successes"],
+            p["episodes"],
+            p["fixed"],
+            p["broken"],
+            p["sign_test_p"],
+        )
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

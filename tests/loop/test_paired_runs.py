@@ -34,6 +34,23 @@ def test_fixed_broken_and_the_sign_test(tmp_path: Path) -> None:
     assert row["sign_test_p"] == 1.0  # 2 vs 1 of 3 discordant pairs: (1 + 3) / 8, doubled
 
 
+def test_several_pairs_are_pooled(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path, "a", {0: True, 1: False, 2: False, 3: True, 4: False})
+    b = _run_folder(tmp_path, "b", {0: True, 1: True, 2: True, 3: False, 4: False})
+    c = _run_folder(tmp_path, "c", {5: False, 6: False, 7: True})
+    d = _run_folder(tmp_path, "d", {5: True, 6: True, 7: True})
+    proc = _cli(tmp_path, f"{a}:{b}", f"{c}:{d}")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "o.json").read_text())
+    assert len(result["pairs"]) == 2
+    p = result["pooled"]
+    assert (p["pairs"], p["episodes"], p["control_successes"], p["treatment_successes"]) == (2, 8, 3, 6)
+    assert (p["fixed"], p["broken"]) == (4, 1)
+    assert abs(p["sign_test_p"] - 2 * (1 + 5) / 2**5) < 1e-12
+    one = _cli(tmp_path, f"{a}:{b}")
+    assert one.returncode == 0 and "pooled" not in json.loads((tmp_path / "o.json").read_text())
+
+
 def test_sign_test_matches_the_binomial_tail() -> None:
     sys.path.insert(0, str(SCRIPT.parent))
     from paired_runs import sign_test
