@@ -73,6 +73,20 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"pairs": len(rows), **total, "sign_test_p": sign_test(total["fixed"], total["broken"])}
 
 
+def _log_counts(label: str, r: dict[str, Any]) -> None:
+    """One line: ``label``, both sides' successes, the discordant pairs and the sign test."""
+    log.info(
+        "%s: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
+        label,
+        r["control_successes"],
+        r["treatment_successes"],
+        r["episodes"],
+        r["fixed"],
+        r["broken"],
+        r["sign_test_p"],
+    )
+
+
 def main() -> None:
     """Parse ``CONTROL:TREATMENT`` pairs, compare, log and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -87,31 +101,11 @@ def main() -> None:
         control, treatment = pair.split(":")
         rows.append(compare(Path(control), Path(treatment)))
     for r in rows:
-        log.info(
-            "%s -> %s: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
-            r["control"],
-            r["treatment"],
-            r["control_successes"],
-            r["treatment_successes"],
-            r["episodes"],
-            r["fixed"],
-            r["broken"],
-            r["sign_test_p"],
-        )
+        _log_counts(f"{r['control']} -> {r['treatment']}", r)
     result: dict[str, Any] = {"pairs": rows}
     if len(rows) > 1:
         result["pooled"] = pooled(rows)
-        p = result["pooled"]
-        log.info(
-            "pooled over %d pairs: %d -> %d of %d, fixed %d, broken %d, p = %.3g",
-            p["pairs"],
-            p["control_successes"],
-            p["treatment_successes"],
-            p["episodes"],
-            p["fixed"],
-            p["broken"],
-            p["sign_test_p"],
-        )
+        _log_counts(f"pooled over {len(rows)} pairs", result["pooled"])
     write_result(args.out, result)
 
 
