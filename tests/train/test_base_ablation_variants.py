@@ -26,24 +26,34 @@ finally:
 VARIANTS = base_ablation.VARIANTS
 
 
+def _compose(config_name: str, overrides: list[str], schema: type) -> object:
+    """The Hydra config ``config_name`` with ``overrides`` on stack3, as a validated ``schema``."""
+    with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
+        cfg = compose(config_name, overrides=["env=stack3", "out_dir=unused", *overrides])
+    return to_dataclass(cfg, schema)
+
+
 def _train_config(name: str) -> TrainConfig:
     import rewind.scripts.train  # noqa: F401  (registers train_schema)
 
     overrides = base_ablation.training_overrides(name, round_store="unused/store")
     policy = base_ablation._policy_choice(overrides)
     rest = [o for o in overrides if not o.startswith("policy=")]
-    with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
-        cfg = compose("train", overrides=["env=stack3", *policy, "data.path=unused", "out_dir=unused", *rest])
-    return to_dataclass(cfg, TrainConfig)
+    return _compose("train", [*policy, "data.path=unused", *rest], TrainConfig)
+
+
+def _eval_config(name: str) -> EvalConfig:
+    import rewind.scripts.eval  # noqa: F401  (registers eval_schema)
+
+    return _compose("eval", ["policy_path=unused", *VARIANTS[name][2]], EvalConfig)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variant_composes_and_its_execution_fits_the_chunk(name: str) -> None:
     cfg = _train_config(name)
     pc = policy_config(cfg.policy)
-    _, _, eval_overrides, _ = VARIANTS[name]
-    steps = [int(o.split("=", 1)[1]) for o in eval_overrides if o.startswith("n_action_steps=")]
-    for n in steps:
+    n = _eval_config(name).n_action_steps
+    if n is not None:
         assert 1 <= n <= pc.horizon - pc.n_obs_steps + 1, (name, n, pc.horizon)
 
 
@@ -57,14 +67,7 @@ def test_the_short_chunk_variant_changes_the_horizon() -> None:
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variants_evaluation_overrides_compose(name: str) -> None:
-    import rewind.scripts.eval  # noqa: F401  (registers eval_schema)
-
-    _, _, eval_overrides, _ = VARIANTS[name]
-    with initialize_config_module(config_module="rewind.configs", version_base="1.3"):
-        cfg = compose(
-            "eval", overrides=["env=stack3", "policy_path=unused", "out_dir=unused", *eval_overrides]
-        )
-    ev = to_dataclass(cfg, EvalConfig)
-    for o in eval_overrides:
+    ev = _eval_config(name)
+    for o in VARIANTS[name][2]:
         key, value = o.split("=", 1)
         assert str(getattr(ev, key)) == value, (name, o)
