@@ -145,6 +145,18 @@ VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
         ["n_action_steps=2", "inference_steps=20"],
         "all_demos_h8",
     ),
+    "all_demos_h8_act2_inf50": (
+        "all 100 demos, 8-action chunks, executing 2, with 50 DDIM steps (eval inference_steps)",
+        [],
+        ["n_action_steps=2", "inference_steps=50"],
+        "all_demos_h8",
+    ),
+    "all_demos_h8_act2_ddpm": (
+        "all 100 demos, 8-action chunks, executing 2, sampled with DDPM (all 100 training steps)",
+        [],
+        ["n_action_steps=2", "sampler=ddpm"],
+        "all_demos_h8",
+    ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)

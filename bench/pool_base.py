@@ -6,6 +6,10 @@ comparison must be on the same evaluation seeds and episode count (refused other
 arm, each training seed's success and the pooled successes with the 95% Wilson interval, and the
 difference of each arm from the first, in points. Nothing is run; the numbers are the files' own.
 
+``--choose`` applies the selection rule the sessions fix before their runs: the arm with the most pooled
+successes, a tie keeping the first arm (the incumbent). It records ``chosen`` in the JSON and prints the
+arm's name on stdout, so a run script can evaluate the choice on other seeds without a hand-written rule.
+
     .venv/bin/python bench/pool_base.py \\
         --arm all_demos=bench/results/base_ablation_stack3_all_demos_s12000_seeds70000.json:all_demos_act2,bench/results/base_ablation_stack3_all_demos_s12000_seed1_seeds70000.json:all_demos_act2 \\
         --arm 90_demos=bench/results/base_ablation_stack3_s12000_seeds70000.json:ddim_eta1_act2,bench/results/base_ablation_stack3_baseline_s12000_seed1_seeds70000.json:act2 \\
@@ -55,11 +59,22 @@ def pool_arm(name: str, specs: list[str]) -> dict[str, Any]:
     return {"arm": name, "runs": rows, **arm_record(k, n)}
 
 
+def choose(arms: list[dict[str, Any]]) -> str:
+    """The arm with the most pooled successes; ties keep the earliest arm (the first is the incumbent)."""
+    best = max(arm["successes"] for arm in arms)
+    return next(arm["arm"] for arm in arms if arm["successes"] == best)
+
+
 def main() -> None:
     """Pool the arms and write the JSON and a Markdown table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", action="append", required=True, help="NAME=FILE:VARIANT[,FILE:VARIANT...]")
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--choose",
+        action="store_true",
+        help="record and print the arm with the most successes (a tie keeps the first arm)",
+    )
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     arms = []
@@ -73,8 +88,13 @@ def main() -> None:
         raise SystemExit(f"the rows are on different evaluation seeds or episode counts: {sorted(evals)}")
     for arm in arms:
         arm["minus_first_points"] = round(100 * (arm["success"] - arms[0]["success"]), 1)
+    record: dict[str, Any] = {"eval_seed": evals.pop()[0], "arms": arms}
+    if a.choose:
+        record["chosen"] = choose(arms)
+        record["rule"] = "most pooled successes; a tie keeps the first arm"
+        logging.info("chosen: %s (%s)", record["chosen"], record["rule"])
     out = Path(a.out)
-    write_result(out, {"eval_seed": evals.pop()[0], "arms": arms})
+    write_result(out, record)
     lines = [
         "| recipe | per training seed | pooled | 95% Wilson | vs first (points) |",
         "|---|---|---|---|---|",
@@ -86,7 +106,11 @@ def main() -> None:
             f"| {arm['arm']} | {per} | {arm['successes']}/{arm['episodes']} = {arm['success']:.1%} "
             f"| [{lo:.2f}, {hi:.2f}] | {arm['minus_first_points']:+.1f} |"
         )
+    if a.choose:
+        lines.append(f"\nChosen by the rule ({record['rule']}): **{record['chosen']}**")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    if a.choose:
+        print(record["chosen"])
 
 
 if __name__ == "__main__":

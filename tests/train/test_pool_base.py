@@ -67,3 +67,26 @@ def test_unreadable_file_is_named(tmp_path: Path) -> None:
     assert res.returncode != 0 and "bad.json: not a readable base_ablation.py result file" in res.stderr
     res = _run(tmp_path, f"new={tmp_path / 'missing.json'}:x_act2")
     assert res.returncode != 0 and "missing.json: not a readable" in res.stderr
+
+
+def test_choose_takes_the_most_successes_and_a_tie_keeps_the_first(tmp_path: Path) -> None:
+    inc = _result(tmp_path, "inc", "act2", 0.50, 0)
+    tie = _result(tmp_path, "tie", "act2_inf50", 0.50, 0)
+    best = _result(tmp_path, "best", "act2_ddpm", 0.53, 0)
+    cmd = [sys.executable, str(SCRIPT), "--arm", f"inc={inc}", "--arm", f"tie={tie}", "--choose"]
+    res = subprocess.run([*cmd, "--out", str(tmp_path / "t.json")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "inc"
+    assert json.loads((tmp_path / "t.json").read_text())["chosen"] == "inc"
+    res = subprocess.run(
+        [*cmd, "--arm", f"best={best}", "--out", str(tmp_path / "b.json")], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "best"
+    assert "**best**" in (tmp_path / "b.md").read_text()
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--arm", f"inc={inc}", "--out", str(tmp_path / "n.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert res.stdout == "" and "chosen" not in json.loads((tmp_path / "n.json").read_text())
