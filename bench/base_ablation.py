@@ -21,168 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
-
-#: name -> (what it changes, rewind-train overrides on top of the base recipe, rewind-eval overrides,
-#: the variant whose training it reuses or None). Eval-only variants cost no training.
-VARIANTS: dict[str, tuple[str, list[str], list[str], str | None]] = {
-    "baseline": ("the default diffusion policy", [], [], None),
-    "scale_floor_0.5": (
-        "per obs key, no dim scaled below half the key's widest (policy.obs_scale_floor)",
-        ["policy.obs_scale_floor=0.5"],
-        [],
-        None,
-    ),
-    "act4": (
-        "execute 4 actions per chunk instead of 8 (eval n_action_steps)",
-        [],
-        ["n_action_steps=4"],
-        "baseline",
-    ),
-    "act2": ("execute 2 actions per chunk instead of 8", [], ["n_action_steps=2"], "baseline"),
-    "ddpm": (
-        "sample chunks with DDPM (all 100 training steps) instead of DDIM-10 (eval sampler)",
-        [],
-        ["sampler=ddpm"],
-        "baseline",
-    ),
-    "ddim_eta1": (
-        "DDIM-10 with eta 1 at evaluation (noise at every step, as DDPM); "
-        "policies trained since 2026-12-05 sample so by default",
-        [],
-        ["ddim_eta=1.0"],
-        "baseline",
-    ),
-    "ddpm_act4": (
-        "DDPM-100, executing 4 actions per chunk",
-        [],
-        ["sampler=ddpm", "n_action_steps=4"],
-        "baseline",
-    ),
-    "ddim_eta1_act4": (
-        "DDIM-10 with eta 1, executing 4 actions per chunk",
-        [],
-        ["ddim_eta=1.0", "n_action_steps=4"],
-        "baseline",
-    ),
-    "ddim_eta1_act2": (
-        "DDIM-10 with eta 1, executing 2 actions per chunk",
-        [],
-        ["ddim_eta=1.0", "n_action_steps=2"],
-        "baseline",
-    ),
-    "batch64": (
-        "batch 64 instead of 256: more updates per minute of training",
-        ["train.batch_size=64"],
-        [],
-        None,
-    ),
-    "batch64_act4": (
-        "batch 64, executing 4 actions per chunk",
-        [],
-        ["n_action_steps=4"],
-        "batch64",
-    ),
-    "flow": (
-        "flow matching (policy=flow: the same U-Net, 10 Euler steps) instead of diffusion",
-        ["policy=flow"],
-        [],
-        None,
-    ),
-    "flow_act2": ("flow matching, executing 2 actions per chunk", [], ["n_action_steps=2"], "flow"),
-    "obs_noise_0.03": (
-        "Gaussian noise of std 0.03 (normalized units) on the low-dim observations in training",
-        ["policy.obs_noise=0.03"],
-        [],
-        None,
-    ),
-    "obs_noise_0.03_act2": (
-        "observation noise 0.03, executing 2 actions per chunk",
-        [],
-        ["n_action_steps=2"],
-        "obs_noise_0.03",
-    ),
-    "all_demos": (
-        "train on all 100 demos (data.val_fraction=0: no 10 held out for the validation loss)",
-        ["data.val_fraction=0"],
-        [],
-        None,
-    ),
-    "all_demos_act2": ("all 100 demos, executing 2 actions per chunk", [], ["n_action_steps=2"], "all_demos"),
-    "all_demos_act2_inf20": (
-        "all 100 demos, executing 2 actions per chunk, with 20 DDIM steps instead of 10 (eval inference_steps)",
-        [],
-        ["n_action_steps=2", "inference_steps=20"],
-        "all_demos",
-    ),
-    "all_demos_h8": (
-        "all 100 demos, predicting 8-action chunks instead of 16 (policy.horizon=8; executes 4 by default)",
-        ["data.val_fraction=0", "policy.horizon=8", "policy.n_action_steps=4"],
-        [],
-        None,
-    ),
-    "all_demos_h8_act4": (
-        "all 100 demos, 8-action chunks, executing 4",
-        [],
-        ["n_action_steps=4"],
-        "all_demos_h8",
-    ),
-    "all_demos_h8_act2": (
-        "all 100 demos, 8-action chunks, executing 2",
-        [],
-        ["n_action_steps=2"],
-        "all_demos_h8",
-    ),
-    "all_demos_h8_act1": (
-        "all 100 demos, 8-action chunks, executing 1 (a new chunk every step)",
-        [],
-        ["n_action_steps=1"],
-        "all_demos_h8",
-    ),
-    "all_demos_h8_act2_inf20": (
-        "all 100 demos, 8-action chunks, executing 2, with 20 DDIM steps instead of 10 (eval inference_steps)",
-        [],
-        ["n_action_steps=2", "inference_steps=20"],
-        "all_demos_h8",
-    ),
-    "all_demos_h8_act2_inf50": (
-        "all 100 demos, 8-action chunks, executing 2, with 50 DDIM steps (eval inference_steps)",
-        [],
-        ["n_action_steps=2", "inference_steps=50"],
-        "all_demos_h8",
-    ),
-    "all_demos_h8_act2_ddpm": (
-        "all 100 demos, 8-action chunks, executing 2, sampled with DDPM (all 100 training steps)",
-        [],
-        ["n_action_steps=2", "sampler=ddpm"],
-        "all_demos_h8",
-    ),
-    # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
-    # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
-    # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)
-    "fs_round": (
-        "the base recipe from scratch on the demos plus a round's interventions (--round-store)",
-        [
-            "data.extra_paths=[ROUND_STORE]",
-            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0, recovery: 0.0}",
-            "data.sample_weight_mode=sample",
-        ],
-        [],
-        None,
-    ),
-    # fs_round's control: the same stores, split, normalizer data and windows, the corrections at weight 0
-    # too, so that only whether the corrections are trained on differs from fs_round
-    "fs_round_zero": (
-        "fs_round with the round's corrections at weight 0 as well (fs_round's control)",
-        [
-            "data.extra_paths=[ROUND_STORE]",
-            "+data.sample_weights={policy: 0.0, pre_intervention: 0.0, recovery: 0.0, correction: 0.0}",
-            "data.sample_weight_mode=sample",
-        ],
-        [],
-        None,
-    ),
-}
+from _base_variants import VARIANTS  # noqa: E402  (bench/ is on sys.path)
+from _commands import rewind_bin, run_once  # noqa: E402
 
 
 def collect(a: argparse.Namespace) -> Path:
@@ -211,8 +51,8 @@ def _policy_choice(overrides: list[str]) -> list[str]:
 def training_overrides(name: str, round_store: str | None = None) -> list[str]:
     """The ``rewind-train`` overrides variant ``name`` trains with: its own, or those of the variant whose
     training it reuses, with ``ROUND_STORE`` replaced by ``round_store`` (required where it appears)."""
-    _, overrides, _, train_as = VARIANTS[name]
-    overrides = VARIANTS[train_as][1] if train_as else overrides
+    variant = VARIANTS[name]
+    overrides = VARIANTS[variant.train_as].train if variant.train_as else variant.train
     if any("ROUND_STORE" in o for o in overrides):
         if not round_store:
             raise SystemExit(f"variant {name} needs --round-store (a loop round's collect/store)")
@@ -222,10 +62,10 @@ def training_overrides(name: str, round_store: str | None = None) -> list[str]:
 
 def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Train and evaluate one variant; its result row."""
-    what, _, eval_overrides, train_as = VARIANTS[name]
+    variant = VARIANTS[name]
     tag = a.tag + (f"_seed{a.train_seed}" if a.train_seed else "")
     out = Path(a.root) / f"{name}{tag}_s{a.steps}"
-    trained = Path(a.root) / f"{train_as or name}{tag}_s{a.steps}"
+    trained = Path(a.root) / f"{variant.train_as or name}{tag}_s{a.steps}"
     train_overrides = training_overrides(name, a.round_store)
     train = run_once(
         [
@@ -253,7 +93,7 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
             f"episodes={a.episodes}",
             f"seed={a.eval_seed}",
             "num_threads=1",
-            *eval_overrides,
+            *variant.eval,
             f"out_dir={eval_dir}",
         ],
         eval_dir,
@@ -262,8 +102,8 @@ def run_variant(name: str, store: Path, a: argparse.Namespace) -> dict[str, Any]
     run = json.loads((trained / "train" / "run.json").read_text())
     return {
         "variant": name,
-        "changes": what,
-        "overrides": train_overrides + eval_overrides,
+        "changes": variant.what,
+        "overrides": train_overrides + variant.eval,
         "eval_seed": a.eval_seed,
         "train_seed": a.train_seed,
         "success": ev["success_rate"],

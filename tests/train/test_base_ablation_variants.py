@@ -45,7 +45,7 @@ def _train_config(name: str) -> TrainConfig:
 def _eval_config(name: str) -> EvalConfig:
     import rewind.scripts.eval  # noqa: F401  (registers eval_schema)
 
-    return _compose("eval", ["policy_path=unused", *VARIANTS[name][2]], EvalConfig)
+    return _compose("eval", ["policy_path=unused", *VARIANTS[name].eval], EvalConfig)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -68,6 +68,6 @@ def test_the_short_chunk_variant_changes_the_horizon() -> None:
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variants_evaluation_overrides_compose(name: str) -> None:
     ev = _eval_config(name)
-    for o in VARIANTS[name][2]:
+    for o in VARIANTS[name].eval:
         key, value = o.split("=", 1)
         assert str(getattr(ev, key)) == value, (name, o)
