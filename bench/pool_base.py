@@ -65,6 +65,24 @@ def choose(arms: list[dict[str, Any]]) -> str:
     return next(arm["arm"] for arm in arms if arm["successes"] == best)
 
 
+def table(record: dict[str, Any]) -> str:
+    """The Markdown table of a pooled record: one row per arm, and the choice when one was made."""
+    lines = [
+        "| recipe | per training seed | pooled | 95% Wilson | vs first (points) |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in record["arms"]:
+        per = ", ".join(f"seed {r['train_seed']}: {r['success']:.0%}" for r in arm["runs"])
+        lo, hi = arm["ci95"]
+        lines.append(
+            f"| {arm['arm']} | {per} | {arm['successes']}/{arm['episodes']} = {arm['success']:.1%} "
+            f"| [{lo:.2f}, {hi:.2f}] | {arm['minus_first_points']:+.1f} |"
+        )
+    if "chosen" in record:
+        lines.append(f"\nChosen by the rule ({record['rule']}): **{record['chosen']}**")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     """Pool the arms and write the JSON and a Markdown table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -95,22 +113,9 @@ def main() -> None:
         logging.info("chosen: %s (%s)", record["chosen"], record["rule"])
     out = Path(a.out)
     write_result(out, record)
-    lines = [
-        "| recipe | per training seed | pooled | 95% Wilson | vs first (points) |",
-        "|---|---|---|---|---|",
-    ]
-    for arm in arms:
-        per = ", ".join(f"seed {r['train_seed']}: {r['success']:.0%}" for r in arm["runs"])
-        lo, hi = arm["ci95"]
-        lines.append(
-            f"| {arm['arm']} | {per} | {arm['successes']}/{arm['episodes']} = {arm['success']:.1%} "
-            f"| [{lo:.2f}, {hi:.2f}] | {arm['minus_first_points']:+.1f} |"
-        )
+    out.with_suffix(".md").write_text(table(record))
     if a.choose:
-        lines.append(f"\nChosen by the rule ({record['rule']}): **{record['chosen']}**")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    if a.choose:
-        print(record["chosen"])
+        print(record["chosen"])  # the command's output, for a run script; everything else is logged
 
 
 if __name__ == "__main__":
