@@ -59,6 +59,10 @@ def pool_arm(name: str, specs: list[str]) -> dict[str, Any]:
     return {"arm": name, "runs": rows, **arm_record(k, n)}
 
 
+#: the selection rule ``--choose`` applies, as recorded in the JSON and the table
+RULE = "most pooled successes; a tie keeps the first arm"
+
+
 def choose(arms: list[dict[str, Any]]) -> str:
     """The arm with the most pooled successes; ties keep the earliest arm (the first is the incumbent)."""
     best = max(arm["successes"] for arm in arms)
@@ -91,7 +95,7 @@ def main() -> None:
     ap.add_argument(
         "--choose",
         action="store_true",
-        help="record and print the arm with the most successes (a tie keeps the first arm)",
+        help=f"record and print the arm the rule selects ({RULE})",
     )
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -109,7 +113,7 @@ def main() -> None:
     record: dict[str, Any] = {"eval_seed": evals.pop()[0], "arms": arms}
     if a.choose:
         record["chosen"] = choose(arms)
-        record["rule"] = "most pooled successes; a tie keeps the first arm"
+        record["rule"] = RULE
         logging.info("chosen: %s (%s)", record["chosen"], record["rule"])
     out = Path(a.out)
     write_result(out, record)
