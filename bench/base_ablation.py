@@ -21,8 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from _base_variants import VARIANTS  # noqa: E402  (bench/ is on sys.path)
-from _commands import rewind_bin, run_once  # noqa: E402
+from _base_variants import VARIANTS  # bench/ is on sys.path when a script there runs
+from _commands import rewind_bin, run_once
 
 
 def collect(a: argparse.Namespace) -> Path:
