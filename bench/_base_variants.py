@@ -105,6 +105,18 @@ VARIANTS: dict[str, Variant] = {
     "all_demos_h8_act2_ddpm": eval_only(
         f"{H8} 2, sampled with DDPM (all 100 training steps)", "all_demos_h8", ACT2, "sampler=ddpm"
     ),
+    "all_demos_h4": trained(
+        "all 100 demos, predicting 4-action chunks instead of 16 (policy.horizon=4; executes 2 by default)",
+        "data.val_fraction=0",
+        "policy.horizon=4",
+        "policy.n_action_steps=2",
+    ),
+    "all_demos_h4_act2_inf20": eval_only(
+        "all 100 demos, 4-action chunks, executing 2, with 20 DDIM steps (eval inference_steps)",
+        "all_demos_h4",
+        ACT2,
+        "inference_steps=20",
+    ),
     # finetune=fs at the base's own budget: the same recipe and seed, with one loop round's intervention
     # steps added to the demos (windows drawn uniformly; the round's policy, pre-intervention and
     # drive-back recovery steps weigh 0, as RaC and HG-DAgger weigh them in the loop)

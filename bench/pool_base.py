@@ -1,8 +1,9 @@
 """Pool a base recipe's evaluations over training seeds: ``bench/base_ablation.py`` rows, recipe by recipe.
 
 Each ``--arm NAME=FILE:VARIANT[,FILE:VARIANT...]`` names one recipe and, per training seed, the
-``base_ablation.py`` result file and the row (variant) that holds its evaluation. All rows of one
-comparison must be on the same evaluation seeds and episode count (refused otherwise). Writes, per
+``base_ablation.py`` result file and the row (variant) that holds its evaluation. All arms of one
+comparison must cover the same evaluation seed ranges and episode counts (refused otherwise): one
+range, or several that every arm covers (an arm pooled over two fresh seed ranges). Writes, per
 arm, each training seed's success and the pooled successes with the 95% Wilson interval, and the
 difference of each arm from the first, in points. Nothing is run; the numbers are the files' own.
 
@@ -59,6 +60,16 @@ def pool_arm(name: str, specs: list[str]) -> dict[str, Any]:
     return {"arm": name, "runs": rows, **arm_record(k, n)}
 
 
+def eval_ranges(arms: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The (first evaluation seed, episodes) ranges the arms cover: one range, or several that every arm
+    covers alike (e.g. an arm pooled over two seed ranges); any other mix is refused."""
+    per_arm = [sorted({(r["eval_seed"], r["episodes"]) for r in arm["runs"]}) for arm in arms]
+    if any(ranges != per_arm[0] for ranges in per_arm):
+        found = {arm["arm"]: ranges for arm, ranges in zip(arms, per_arm, strict=True)}
+        raise SystemExit(f"the arms are on different evaluation seeds or episode counts: {found}")
+    return per_arm[0]
+
+
 #: the selection rule ``--choose`` applies, as recorded in the JSON and the table
 RULE = "most pooled successes; a tie keeps the first arm"
 
@@ -75,8 +86,14 @@ def table(record: dict[str, Any]) -> str:
         "| recipe | per training seed | pooled | 95% Wilson | vs first (points) |",
         "|---|---|---|---|---|",
     ]
+    several = isinstance(record["eval_seed"], list)  # runs labelled with their seed range
     for arm in record["arms"]:
-        per = ", ".join(f"seed {r['train_seed']}: {r['success']:.0%}" for r in arm["runs"])
+        per = ", ".join(
+            f"seed {r['train_seed']}"
+            + (f" on {r['eval_seed']}..: " if several else ": ")
+            + f"{r['success']:.0%}"
+            for r in arm["runs"]
+        )
         lo, hi = arm["ci95"]
         lines.append(
             f"| {arm['arm']} | {per} | {arm['successes']}/{arm['episodes']} = {arm['success']:.1%} "
@@ -105,12 +122,12 @@ def main() -> None:
         if not sep or not files:
             raise SystemExit(f"--arm {spec!r}: expected NAME=FILE:VARIANT[,FILE:VARIANT...]")
         arms.append(pool_arm(name, files.split(",")))
-    evals = {(r["eval_seed"], r["episodes"]) for arm in arms for r in arm["runs"]}
-    if len(evals) != 1:
-        raise SystemExit(f"the rows are on different evaluation seeds or episode counts: {sorted(evals)}")
+    ranges = eval_ranges(arms)
     for arm in arms:
         arm["minus_first_points"] = round(100 * (arm["success"] - arms[0]["success"]), 1)
-    record: dict[str, Any] = {"eval_seed": evals.pop()[0], "arms": arms}
+    record: dict[str, Any] = {"eval_seed": ranges[0][0], "arms": arms}
+    if len(ranges) > 1:
+        record["eval_seed"] = [seed for seed, _ in ranges]
     if a.choose:
         record["chosen"] = choose(arms)
         record["rule"] = RULE

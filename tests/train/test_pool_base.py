@@ -90,3 +90,16 @@ def test_choose_takes_the_most_successes_and_a_tie_keeps_the_first(tmp_path: Pat
         text=True,
     )
     assert res.stdout == "" and "chosen" not in json.loads((tmp_path / "n.json").read_text())
+
+
+def test_arms_may_span_several_seed_ranges_when_every_arm_spans_them(tmp_path: Path) -> None:
+    a = [_result(tmp_path, f"a{e}", "x_act2", p, 0, eval_seed=e) for e, p in ((70000, 0.40), (110000, 0.60))]
+    b = [_result(tmp_path, f"b{e}", "act2", 0.30, 0, eval_seed=e) for e in (70000, 110000)]
+    res = _run(tmp_path, f"new={','.join(a)}", f"old={','.join(b)}")
+    assert res.returncode == 0, res.stderr
+    record = json.loads((tmp_path / "p.json").read_text())
+    assert record["eval_seed"] == [70000, 110000]
+    assert (record["arms"][0]["successes"], record["arms"][0]["episodes"]) == (100, 200)
+    assert "seed 0 on 110000..: 60%" in (tmp_path / "p.md").read_text()
+    res = _run(tmp_path, f"new={','.join(a)}", f"old={b[0]}")  # old lacks the second range
+    assert res.returncode != 0 and "different evaluation seeds" in res.stderr
