@@ -125,9 +125,8 @@ def main() -> None:
     ranges = eval_ranges(arms)
     for arm in arms:
         arm["minus_first_points"] = round(100 * (arm["success"] - arms[0]["success"]), 1)
-    record: dict[str, Any] = {"eval_seed": ranges[0][0], "arms": arms}
-    if len(ranges) > 1:
-        record["eval_seed"] = [seed for seed, _ in ranges]
+    seeds = [seed for seed, _ in ranges]  # one range: its first seed; several: the list
+    record: dict[str, Any] = {"eval_seed": seeds[0] if len(seeds) == 1 else seeds, "arms": arms}
     if a.choose:
         record["chosen"] = choose(arms)
         record["rule"] = RULE
