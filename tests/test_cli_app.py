@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +202,28 @@ def test_user_error_in_command_exit_2_and_debug_shows_traceback(
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(ConfigError, match="no such thing"):
         toy(["a", "crash=user", f"out_dir={tmp_path / 'r2'}"])
+
+
+@pytest.mark.parametrize("crash", ["no", "user"])
+def test_a_secondary_torchrun_rank_never_creates_out_dir(
+    toy: Any, tmp_path: Path, monkeypatch: Any, crash: str
+) -> None:
+    """Rank 1 of 2 runs the command with rank 0's out_dir but leaves creating it to rank 0, so a rank
+    that torchrun stops after rank 0's config error cannot leave an empty run folder behind."""
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    for name, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    toy_args = ["a", f"crash={crash}", f"out_dir={out}"]
+    if crash == "no":  # the toy logs through MetricsLogger, which needs its folder (rank 0 makes it)
+        out.mkdir()
+    assert _run(toy, *toy_args) == (2 if crash == "user" else 0)
+    assert CALLS[0].out_dir == str(out.absolute())
+    assert out.exists() == (crash == "no")
+    assert not (out / "run.json").exists() and not (out / "config.yaml").exists()
+    assert list(scratch_root.iterdir()) == []  # Hydra's scratch run dir is removed
 
 
 def test_bug_keeps_its_traceback(toy: Any, tmp_path: Path, monkeypatch: Any) -> None:

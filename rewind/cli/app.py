@@ -36,7 +36,9 @@ import functools
 import inspect
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -105,13 +107,18 @@ def hydra_command(
                 _fail(prog, exc)
             if _debug():
                 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-            _run_under_hydra(
-                (config_path, config_name),
-                [*flags, *framework, *overrides],
-                lambda cfg: _execute(func, cls, cfg, prog, original, fresh),
-                cls,
-                prog,
-            )
+            scratch = _secondary_run_dir() if is_secondary_rank() else None
+            try:
+                _run_under_hydra(
+                    (config_path, config_name),
+                    [*flags, *framework, *_run_dir_overrides(scratch), *overrides],
+                    lambda cfg: _execute(func, cls, cfg, prog, original, fresh, scratch),
+                    cls,
+                    prog,
+                )
+            finally:
+                if scratch is not None:
+                    shutil.rmtree(scratch, ignore_errors=True)
 
         main.schema = cls  # type: ignore[attr-defined]
         main.config_name = config_name  # type: ignore[attr-defined]
@@ -146,6 +153,24 @@ def _run_under_hydra(
     finally:
         sys.argv = saved_argv
         _restore_env("HYDRA_FULL_ERROR", saved_full_error)
+
+
+def _secondary_run_dir() -> Path:
+    """An empty private folder for Hydra's run dir on a torchrun rank other than 0.
+
+    Hydra creates its run dir before the task starts. Were it ``out_dir`` on every rank, a secondary
+    rank could create it after rank 0 had removed it on a config error, and be stopped by torchrun
+    before removing it itself, leaving an empty run folder behind. Rank 0 alone creates ``out_dir``.
+    """
+    return Path(tempfile.mkdtemp(prefix="rewind-rank-"))
+
+
+def _run_dir_overrides(scratch: Path | None) -> list[str]:
+    """Hydra's run and sweep dir moved to ``scratch`` (a secondary rank), or nothing (rank 0)."""
+    if scratch is None:
+        return []
+    value = quote_override_value(str(scratch))
+    return [f"hydra.run.dir={value}", f"hydra.sweep.dir={value}"]
 
 
 def _debug() -> bool:
@@ -213,18 +238,28 @@ def _help_header(prog: str, func: Callable[..., Any]) -> str:
 
 
 def _execute(
-    func: CommandFn, cls: type[CommandConfig], cfg: DictConfig, prog: str, argv: list[str], fresh: Path | None
+    func: CommandFn,
+    cls: type[CommandConfig],
+    cfg: DictConfig,
+    prog: str,
+    argv: list[str],
+    fresh: Path | None,
+    scratch: Path | None = None,
 ) -> None:
     """Body of the Hydra task: validate, record provenance, run, write the summary.
 
     ``fresh`` is the requested out_dir when this invocation creates it: it is made private (0700), and
     removed again when the config turns out to be invalid (a typo leaves no empty run folder).
+    ``scratch`` is Hydra's run dir on a secondary torchrun rank, which neither creates nor removes
+    ``out_dir`` (:func:`_secondary_run_dir`).
     """
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
-    typed = _validate(cfg, cls, out_dir, prog, fresh)
-    if is_secondary_rank():
-        _execute_secondary(func, typed, prog)
+    runtime_dir = Path(HydraConfig.get().runtime.output_dir)
+    if scratch is not None:  # the out_dir rank 0 uses: Hydra's subfolder of scratch, under out_dir
+        out_dir = Path(cfg.out_dir).absolute() / runtime_dir.resolve().relative_to(scratch.resolve())
+        _execute_secondary(func, _validate(cfg, cls, out_dir, prog, fresh=None), prog)
         return
+    out_dir = runtime_dir
+    typed = _validate(cfg, cls, out_dir, prog, fresh)
     if fresh is not None:
         _make_private(out_dir, fresh)
     setup_logging(log_file=out_dir / "run.log")
