@@ -11,6 +11,14 @@ and one sign test over the pooled discordant pairs:
         runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge:runs/s21/rw_progress0.02_mr10_bt1_s70000/stack3/restore_nudge \\
         --out bench/results/paired_watchdog.json
 
+A side may also be a run kept only in a committed ``bench/monitor_results.py`` JSON, written
+``RESULT.json#TASK/NAME`` (its row for ``TASK``, the run ``NAME``, e.g. ``restore_nudge``), so a run
+folder that is gone (``runs/`` is not committed) can still be paired with a new one:
+
+    .venv/bin/python bench/paired_runs.py \
+        bench/results/monitor_results_stack3_h8_d100_cal300_mr20_bt1_persist_progress0.02_seeds70000.json#stack3/restore_nudge:runs/s33/rw/stack3/restore_nudge \
+        --out bench/results/paired.json
+
 Nothing is run; the numbers are the records' own. Pairs over different seeds are refused.
 """
 
@@ -39,12 +47,33 @@ def sign_test(fixed: int, broken: int) -> float:
 
 
 def _summary(run: Path) -> dict[str, Any]:
+    """The run's ``summary.json``, or the run ``NAME`` of ``TASK`` in ``RESULT.json#TASK/NAME``."""
+    if "#" in str(run):
+        return _result_summary(*str(run).split("#", 1))
     path = run / "summary.json"
     if not path.is_file():
         raise SystemExit(f"{run}: no summary.json (a rewind-eval run folder?)")
     summary = json.loads(path.read_text())
     if not summary.get("records"):
         raise SystemExit(f"{path}: no per-episode records")
+    return summary
+
+
+def _result_summary(file: str, key: str) -> dict[str, Any]:
+    """The run ``NAME`` of task ``TASK`` (``key`` = ``TASK/NAME``) in a monitor_results JSON ``file``."""
+    task, _, name = key.partition("/")
+    try:
+        rows = json.loads(Path(file).read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{file}: not a bench/monitor_results.py result ({exc})") from None
+    by_task = {row.get("task"): row.get("success") or {} for row in rows}
+    if task not in by_task:
+        raise SystemExit(f"{file}: no task '{task}' (tasks: {', '.join(map(str, by_task))})")
+    summary = by_task[task].get(name)
+    if not summary or not summary.get("records"):
+        raise SystemExit(
+            f"{file}#{key}: no run '{name}' with per-episode records (runs: {', '.join(by_task[task])})"
+        )
     return summary
 
 

@@ -65,3 +65,23 @@ def test_runs_over_other_seeds_are_refused(tmp_path: Path) -> None:
     proc = _cli(tmp_path, f"{a}:{b}")
     assert proc.returncode != 0 and "ran different seeds" in proc.stderr
     assert _cli(tmp_path, str(a)).returncode != 0
+
+
+def test_a_side_may_be_a_run_kept_in_a_monitor_results_json(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path, "a", {0: True, 1: False, 2: False})
+    b = _run_folder(tmp_path, "b", {0: False, 1: True, 2: True})
+    rows = [{"task": "stack3", "success": {"restore_none": json.loads((b / "summary.json").read_text())}}]
+    result = tmp_path / "monitor_results.json"
+    result.write_text(json.dumps({"command": "x", "rows": rows}))
+    proc = _cli(tmp_path, f"{a}:{result}#stack3/restore_none")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((tmp_path / "o.json").read_text())["pairs"]
+    assert (row["control_successes"], row["treatment_successes"], row["fixed"], row["broken"]) == (1, 2, 2, 1)
+    missing = _cli(tmp_path, f"{a}:{result}#stack3/restore_nudge")
+    assert (
+        missing.returncode != 0
+        and "no run 'restore_nudge'" in missing.stderr
+        and "restore_none" in missing.stderr
+    )
+    other = _cli(tmp_path, f"{a}:{result}#pick_place/restore_none")
+    assert other.returncode != 0 and "no task 'pick_place' (tasks: stack3)" in other.stderr
