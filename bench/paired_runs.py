@@ -49,18 +49,20 @@ def sign_test(fixed: int, broken: int) -> float:
 def _summary(run: Path) -> dict[str, Any]:
     """The run's ``summary.json``, or the run ``NAME`` of ``TASK`` in ``RESULT.json#TASK/NAME``."""
     if "#" in str(run):
-        return _result_summary(*str(run).split("#", 1))
-    path = run / "summary.json"
-    if not path.is_file():
-        raise SystemExit(f"{run}: no summary.json (a rewind-eval run folder?)")
-    summary = json.loads(path.read_text())
+        path, summary = str(run), _result_summary(*str(run).split("#", 1))
+    else:
+        path = run / "summary.json"
+        if not path.is_file():
+            raise SystemExit(f"{run}: no summary.json (a rewind-eval run folder?)")
+        summary = json.loads(path.read_text())
     if not summary.get("records"):
         raise SystemExit(f"{path}: no per-episode records")
     return summary
 
 
 def _result_summary(file: str, key: str) -> dict[str, Any]:
-    """The run ``NAME`` of task ``TASK`` (``key`` = ``TASK/NAME``) in a monitor_results JSON ``file``."""
+    """The run ``NAME`` of task ``TASK`` (``key`` = ``TASK/NAME``) in a monitor_results JSON ``file``
+    (its per-episode records are checked by :func:`_summary`, as for a run folder)."""
     task, _, name = key.partition("/")
     try:
         rows = json.loads(Path(file).read_text())["rows"]
@@ -69,12 +71,9 @@ def _result_summary(file: str, key: str) -> dict[str, Any]:
     by_task = {row.get("task"): row.get("success") or {} for row in rows}
     if task not in by_task:
         raise SystemExit(f"{file}: no task '{task}' (tasks: {', '.join(map(str, by_task))})")
-    summary = by_task[task].get(name)
-    if not summary or not summary.get("records"):
-        raise SystemExit(
-            f"{file}#{key}: no run '{name}' with per-episode records (runs: {', '.join(by_task[task])})"
-        )
-    return summary
+    if not by_task[task].get(name):
+        raise SystemExit(f"{file}#{key}: no run '{name}' (runs: {', '.join(by_task[task])})")
+    return by_task[task][name]
 
 
 def compare(control: Path, treatment: Path) -> dict[str, Any]:
