@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("bench")
 
 
@@ -40,5 +42,5 @@ def run_once(
 def write_result(out: Path, result: dict[str, Any]) -> None:
     """Write a driver's result record to ``out`` (JSON, parent folders created) and log where."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     log.info("wrote %s", out)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rewind.utils.io import atomic_save_figure, atomic_write_text
 from rewind.utils.stats import wilson_interval
 
 
@@ -55,7 +56,7 @@ def plot(points: list[dict[str, Any]], task: str, path: Path, methods: dict[str,
     )
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
 
 
@@ -130,6 +131,6 @@ def save(
     results: dict[str, Any], out: Path, task: str, points: list[dict[str, Any]], methods: dict[str, str]
 ) -> None:
     """Write ``results`` to ``out`` and ``task``'s table and plot next to it (:func:`task_file`)."""
-    out.write_text(json.dumps(results, indent=2))
-    task_file(out, task, ".md").write_text(table(points, methods))
+    atomic_write_text(out, json.dumps(results, indent=2))
+    atomic_write_text(task_file(out, task, ".md"), table(points, methods))
     plot(points, task, task_file(out, task, ".png"), methods)

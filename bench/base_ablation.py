@@ -24,6 +24,8 @@ from typing import Any
 from _base_variants import VARIANTS  # bench/ is on sys.path when a script there runs
 from _commands import rewind_bin, run_once
 
+from rewind.utils.io import atomic_write_text
+
 
 def collect(a: argparse.Namespace) -> Path:
     """The shared demo store."""
@@ -145,11 +147,12 @@ def main() -> None:
     rows = [run_variant(name, store, a) for name in a.variants]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
+    atomic_write_text(
+        out,
         json.dumps(
             {"task": a.task, "demos": a.demos, "steps": a.steps, "train_seed": a.train_seed, "rows": rows},
             indent=2,
-        )
+        ),
     )
     lines = [
         f"| variant | what changes | success ({a.episodes} episodes, seeds {a.eval_seed}..) | 95% Wilson "
@@ -162,7 +165,7 @@ def main() -> None:
         lines.append(
             f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{lo:.2f}, {hi:.2f}] | {wall} |"
         )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from typing import Any
 
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("base_policies")
 
 #: task:demos[:steps] items: two demo counts on the long tasks, 100 on the short ones.
@@ -140,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(run_pair(Path(args.root), task, int(demos), n_steps, args.episodes, args.threads))
         log.info("%s d%s: success %.0f%%", task, demos, 100 * rows[-1]["success_rate"])
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2))
-        Path(args.table).write_text(markdown_table(rows, args.episodes) + "\n")
+        atomic_write_text(args.out, json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2))
+        atomic_write_text(args.table, markdown_table(rows, args.episodes) + "\n")
     print(markdown_table(rows, args.episodes))
 
 

@@ -29,6 +29,7 @@ from rewind.monitor.checkpoints import StageLabeler  # noqa: E402
 from rewind.monitor.features import FeatureExtractor  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
+from rewind.utils.io import atomic_write_text
 
 
 def _cos(f: np.ndarray, rows: np.ndarray) -> float:
@@ -89,7 +90,7 @@ def main() -> None:
             "median_similarity": float(np.median(a[:, 3])),
             "frac_peak_above_0.7": float(np.mean(a[:, 2] >= 0.7)),
         }
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    atomic_write_text(args.out, json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 
 

@@ -41,6 +41,7 @@ import rewind.envs as renvs  # noqa: E402
 from rewind.envs.core.mjcf import N_SUBSTEPS  # noqa: E402
 from rewind.envs.operators.base import OperatorNoise  # noqa: E402
 from rewind.envs.registry import TASKS  # noqa: E402
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench_env")
 
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(args.out, json.dumps(doc, indent=1) + "\n")
     log.info("wrote %s", args.out)
     return doc
 

@@ -46,6 +46,7 @@ from rewind.monitor.checkpoints import make_labeler  # noqa: E402
 from rewind.monitor.scores import StacScore, TideScore  # noqa: E402
 from rewind.store import ReplayStore  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench_monitor")
 
@@ -149,7 +150,7 @@ def main() -> None:
         res["stac32_over_tide_plus_tracking"],
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    atomic_write_text(args.out, json.dumps(res, indent=2))
     env.close()
     print(json.dumps(res, indent=2))
 

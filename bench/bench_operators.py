@@ -23,6 +23,7 @@ from typing import Any
 
 from rewind.envs.evaluation import TakeoverConfig, run_from_reset, run_takeover, summarize
 from rewind.envs.registry import TASKS, get_task
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench_operators")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         report = bench_task(task, args.episodes, args.seed0, cfg)
         out = args.out or RESULTS / f"operators_{task}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        atomic_write_text(out, json.dumps(report, indent=2) + "\n")
         log.info("wrote %s (%.0f s)", out, report["wall_s"])
         reports.append(report)
     print(table(reports))

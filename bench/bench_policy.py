@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 from rewind.policies.base import count_parameters  # noqa: E402
 from rewind.policies.registry import get_policy_classes, make_policy  # noqa: E402
+from rewind.utils.io import atomic_write_text
 from rewind.utils.seeding import torch_generator  # noqa: E402
 
 #: Lift's observation layout (``rewind.envs`` task ``lift``), without importing MuJoCo.
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    atomic_write_text(out, json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result
 

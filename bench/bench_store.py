@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 from rewind.store import ReplayStore, StoreSpec  # noqa: E402
 from rewind.store.windows import ReplayBuffer, WindowSampler  # noqa: E402
+from rewind.utils.io import atomic_write_text  # noqa: E402
 
 OBS = {
     "eef_pos": (3,),
@@ -158,7 +159,7 @@ def main() -> None:
         "loadavg_at_end": os.getloadavg(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(results, indent=2) + "\n")
     summary = {
         name: {k: v for k, v in r.items() if k != "runs"} for name, r in results.items() if "runs" in r
     }

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("bench_teleop")
 
 TARGET_FPS, TARGET_LATENCY_MS = 20.0, 100.0
@@ -284,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        atomic_write_text(args.out, text + "\n")
     return 0
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from rewind.collect import CollectConfig, run_collect
 from rewind.envs.config import EnvConfig
 from rewind.metrics import read_metrics
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench")
 
@@ -118,7 +119,7 @@ def main() -> None:
         "runs": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     log.info("wrote %s", args.out)
 
 

@@ -28,6 +28,8 @@ from typing import Any
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 from _finetune_variants import ROOT, VARIANTS  # noqa: E402
 
+from rewind.utils.io import atomic_write_text
+
 
 def _weights_with_clip(base: Path, clip: float, folder: Path) -> Path:
     """A copy of ``base``'s weights whose config says ``obs_clip=clip`` (the tensors are unchanged), so
@@ -36,7 +38,7 @@ def _weights_with_clip(base: Path, clip: float, folder: Path) -> Path:
         shutil.copytree(base, folder)
         meta = json.loads((folder / "config.json").read_text())
         meta["config"]["obs_clip"] = clip
-        (folder / "config.json").write_text(json.dumps(meta, indent=2))
+        atomic_write_text(folder / "config.json", json.dumps(meta, indent=2))
     return folder
 
 
@@ -310,7 +312,8 @@ def main() -> None:
     rows = [run_variant(name, a, seed) for seed in a.seeds for name in a.variants]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
+    atomic_write_text(
+        out,
         json.dumps(
             {
                 "env": a.env,
@@ -320,7 +323,7 @@ def main() -> None:
                 "rows": rows,
             },
             indent=2,
-        )
+        ),
     )
     lines = [
         "| variant | seed | what changes | success (100 episodes) | 95% Wilson |",
@@ -331,7 +334,7 @@ def main() -> None:
         f"| [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
         for r in rows
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

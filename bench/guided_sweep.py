@@ -40,6 +40,7 @@ from rewind.loop.guided_sweep import (
     prep_key,
     sweep_grid,
 )
+from rewind.utils.io import atomic_save_figure, atomic_write_text
 from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("guided_sweep")
@@ -191,7 +192,7 @@ def plot(rows: list[dict[str, Any]], task: str, path: Path) -> None:
         ax1.legend(fontsize=7)
     fig.suptitle(f"{task}: guided collection vs guidance scale ({rows[0]['episodes']} episodes per point)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
 
 
@@ -251,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
             "ddim_eta": a.ddim_eta,
             "rows": rows,
         }
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        out.with_suffix(".md").write_text(table(rows))
+        atomic_write_text(out, json.dumps(result, indent=1) + "\n")
+        atomic_write_text(out.with_suffix(".md"), table(rows))
         plot(rows, a.task, out.with_suffix(".png"))
     log.info("wrote %s\n%s", out, table(rows))
 

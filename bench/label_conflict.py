@@ -28,6 +28,7 @@ from rewind.envs.registry import make_env
 from rewind.loop.label_conflict import demo_threshold, disagreement, step_table
 from rewind.store import SOURCE_CODES
 from rewind.train.policy_api import load_policy
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")
@@ -103,7 +104,7 @@ def main() -> None:
     }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    atomic_write_text(out, json.dumps(result, indent=2))
     every = {
         "stage": "all",
         "steps": len(gap),
@@ -111,7 +112,7 @@ def main() -> None:
         "median_disagreement": float(np.median(gap)),
     }
     lines = _markdown([*rows, every], a.labels, a.quantile, tau)
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
     log.info("\n%s", "\n".join(lines))
 
 

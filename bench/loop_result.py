@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("loop_result")
 
 
@@ -94,7 +96,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = {"note": a.note, "runs": [loop_result(f) for f in a.folders]}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=2) + "\n")
+    atomic_write_text(a.out, json.dumps(out, indent=2) + "\n")
     for r in out["runs"]:
         log.info(
             "%s: %s s, success %s -> %s",

@@ -32,6 +32,8 @@ from typing import Any
 
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("monitor_results")
 CONDITIONS = ("none", "nudge")
 MODES = ("restore", "drive")  # the table columns, in this order
@@ -277,8 +279,8 @@ def main() -> None:
         task, run = item.split("=", 1)
         rows.append(run_task(Path(args.root), task, Path(run), args))
         record = {"command": " ".join(sys.argv), "seed": args.seed, "rows": rows}
-        Path(args.out).write_text(json.dumps(record, indent=1))
-        Path(args.table).write_text(tables(rows, args.episodes, args.seed) + "\n")
+        atomic_write_text(args.out, json.dumps(record, indent=1))
+        atomic_write_text(args.table, tables(rows, args.episodes, args.seed) + "\n")
     print(tables(rows, args.episodes, args.seed))
 
 

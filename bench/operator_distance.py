@@ -29,6 +29,7 @@ import numpy as np
 
 from rewind.envs.operators.demo_distance import DemoDistance
 from rewind.store import SOURCE_CODES, ReplayStore
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench.operator_distance")
 TAKEOVER_LABELS = ("correction", "recovery", "human")
@@ -96,14 +97,14 @@ def main() -> None:
             log.info("%s %s: %s", scale, name, rows[-1])
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"demos": a.demos, "rows": rows}, indent=2))
+    atomic_write_text(out, json.dumps({"demos": a.demos, "rows": rows}, indent=2))
     lines = ["| scaling | states | n | ratio p10 | p50 | p90 |", "|---|---|---|---|---|---|"]
     lines += [
         f"| {r['scale']} | {r['states']} | {r['n']} | {r.get('p10', float('nan')):.2f} "
         f"| {r.get('p50', float('nan')):.2f} | {r.get('p90', float('nan')):.2f} |"
         for r in rows
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

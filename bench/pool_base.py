@@ -28,6 +28,8 @@ from typing import Any
 from _commands import write_result
 from pool_arms import arm_record
 
+from rewind.utils.io import atomic_write_text
+
 
 def _row(spec: str) -> dict[str, Any]:
     """The ``base_ablation.py`` row named by ``FILE:VARIANT``, with its file's training seed."""
@@ -133,7 +135,7 @@ def main() -> None:
         logging.info("chosen: %s (%s)", record["chosen"], record["rule"])
     out = Path(a.out)
     write_result(out, record)
-    out.with_suffix(".md").write_text(table(record))
+    atomic_write_text(out.with_suffix(".md"), table(record))
     if a.choose:
         print(record["chosen"])  # the command's output, for a run script; everything else is logged
 

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rewind.envs.robosuite.evaluation import TakeoverConfig, run_from_reset, run_takeover, summarize
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("robosuite_operators")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -50,7 +51,7 @@ def main() -> None:
             takeover["episodes"],
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.out)
 
 

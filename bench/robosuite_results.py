@@ -34,6 +34,8 @@ from typing import Any
 
 from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("robosuite_results")
 
 #: Per task: demos, training steps and batch. Sized from the costs measured on the loaded 2-core
@@ -271,8 +273,8 @@ def main() -> None:
 
 def _write(result: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(result))
+    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out.with_suffix(".md"), markdown(result))
     log.info("wrote %s and %s", out, out.with_suffix(".md"))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rewind.envs.robosuite.env import RobosuiteEnv
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("robosuite_step")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -91,7 +92,7 @@ def main() -> None:
         report["tasks"][task] = bench_task(task, args.blocks, args.steps, args.restores)
         log.info("%s: %s", task, report["tasks"][task])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.out)
 
 

@@ -40,6 +40,7 @@ from rewind.monitor import Calibration  # noqa: E402
 from rewind.rollout.ray_backend import RayOptions, RayShards  # noqa: E402
 from rewind.train import TrainConfig, run_train  # noqa: E402
 from rewind.train.policy_api import load_policy  # noqa: E402
+from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench")
 
@@ -193,7 +194,7 @@ def write(args: argparse.Namespace, cfg: EvalConfig, runs: dict[str, Any], load_
         "command": " ".join(["python bench/rollout_ray.py", *sys.argv[1:]]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     log.info("%s", json.dumps(result["ratios_of_medians"]))
     log.info("wrote %s", args.out)
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from _commands import rewind_bin, run_once, write_result  # noqa: E402  (bench/ is on sys.path)
 
+from rewind.utils.io import atomic_write_text
+
 log = logging.getLogger("sampler_eval")
 
 
@@ -122,7 +124,7 @@ def main() -> None:
         for spec in a.samplers:
             rows.append(evaluate(name, path, spec, a))
             write_result(out, {"task": a.task, "seed": a.seed, "episodes": a.episodes, "rows": rows})
-            out.with_suffix(".md").write_text(table(rows, a.seed))
+            atomic_write_text(out.with_suffix(".md"), table(rows, a.seed))
     log.info("\n%s", table(rows, a.seed))
 
 

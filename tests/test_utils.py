@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewind.utils.io import atomic_write_json, atomic_write_text, private_opener
+from rewind.utils.io import atomic_save_figure, atomic_write_json, atomic_write_text, private_opener
 from rewind.utils.logging import setup_logging
 from rewind.utils.run_info import code_root, git_revision, redact_argv, redact_config, run_info
 from rewind.utils.seeding import make_rng, spawn_seeds, torch_generator
@@ -27,6 +27,26 @@ def test_atomic_write_json_handles_numpy_and_leaves_no_temp(tmp_path: Path) -> N
     atomic_write_text(dest, "new\n")
     assert dest.read_text() == "new\n"
     assert [p.name for p in dest.parent.iterdir()] == ["s.json"]
+
+
+def test_a_figure_that_fails_to_render_leaves_the_last_plot(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dest = tmp_path / "plot.png"
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    atomic_save_figure(dest, fig)
+    good = dest.read_bytes()
+    assert good.startswith(b"\x89PNG\r\n\x1a\n")
+    ax.set_title(r"$\notacommand{x}$")  # mathtext that cannot be parsed: savefig raises
+    with pytest.raises(ValueError):
+        atomic_save_figure(dest, fig)
+    plt.close(fig)
+    assert dest.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
 
 
 def test_seeding_is_reproducible_and_local() -> None:

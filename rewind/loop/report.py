@@ -3,14 +3,13 @@ W&B run of the loop (per-round table, success-vs-operator-steps chart) and the c
 
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 from typing import Any
 
 from rewind.loop.record import EvalOutcome, PromotionOutcome, RoundRecord, WaitingForHuman
 from rewind.metrics import MetricsLogger
-from rewind.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from rewind.utils.io import atomic_save_figure, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +111,8 @@ def _plots(out: Path, rows: list[dict[str, Any]], title: str) -> list[Path]:
         ax.set(xlabel=xlabel, ylabel="success rate (95% Wilson)", ylim=(0, 1.02), title=title)
         ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
+        atomic_save_figure(out / name, fig)  # a full disk leaves the last round's plot
         plt.close(fig)
-        atomic_write_bytes(out / name, png.getvalue())  # a full disk leaves the last round's plot
         paths.append(out / name)
     return paths
 

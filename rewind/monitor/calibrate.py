@@ -43,6 +43,7 @@ from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
 from rewind.train.policy_api import LoadedPolicy, check_sampler_settings, load_policy, sampler_tag
 from rewind.utils.device import check_device, resolve_device
+from rewind.utils.io import atomic_save_figure
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def _plot(path: Path, traces: list[list[float | None]], success: list[bool], cal
     )
     ax.legend(loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from rewind.monitor.conformal import held
 from rewind.monitor.detection import ScoredEpisode, auroc, first_alarm, roc_curve
+from rewind.utils.io import atomic_save_figure
 
 
 def _plt() -> Any:
@@ -37,7 +38,7 @@ def plot_roc(path: Path, episodes: Mapping[str, Sequence[ScoredEpisode]], detect
         ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
     return path
 
@@ -63,7 +64,7 @@ def plot_traces(
     ax.set(xlabel="control step", ylabel=score, title=f"{score} traces (x: first alarm)")
     ax.legend(loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
     return path
 
@@ -87,6 +88,6 @@ def plot_rewind_traces(
     ax.set(xlabel="executed step", title=title)
     ax.legend(loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(path, fig)
     plt.close(fig)
     return path

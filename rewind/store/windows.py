@@ -42,6 +42,7 @@ import numpy as np
 
 from rewind.store.schema import SOURCES, EpisodeInfo, StoreError, source_code
 from rewind.store.store import ReplayStore
+from rewind.utils.io import atomic_write_text
 
 #: Sources whose windows stop at the edges of their run of steps (see the module docstring).
 INTERVENTION_SOURCES: tuple[str, ...] = ("recovery", "correction", "human")
@@ -52,11 +53,8 @@ SOURCE_BOUNDARY_MODES = ("respect", "ignore")
 def write_drop_steps(path: str | Path, store: str | Path, dropped: Mapping[int, Sequence[int]]) -> Path:
     """Write the steps of ``store`` to leave out of training, ``{episode id: [step, ...]}`` (indices into
     the stored episode), as ``{"store": ..., "episodes": {...}}`` JSON at ``path``."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     episodes = {str(int(e)): sorted(int(t) for t in steps) for e, steps in dropped.items() if len(steps)}
-    out.write_text(json.dumps({"store": str(store), "episodes": episodes}))
-    return out
+    return atomic_write_text(path, json.dumps({"store": str(store), "episodes": episodes}))
 
 
 def read_drop_steps(path: str | Path) -> dict[int, list[int]]:

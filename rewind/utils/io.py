@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -161,3 +162,10 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None
     """Serialize ``obj`` as JSON (numpy/path aware, see :func:`to_jsonable`) and write it atomically."""
     text = json.dumps(obj, indent=indent, default=to_jsonable, sort_keys=False)
     return atomic_write_text(path, text + "\n")
+
+
+def atomic_save_figure(path: str | os.PathLike[str], fig: Any, dpi: int = 110) -> Path:
+    """Render the matplotlib figure ``fig`` as PNG and write it to ``path`` atomically."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return atomic_write_bytes(path, buf.getvalue())
