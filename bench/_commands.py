@@ -44,3 +44,55 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     log.info("wrote %s", out)
+
+
+def _same_arg(ours: str, ran: str) -> bool:
+    """Two ``key=value`` overrides are the same: equal text, or both values name one existing path."""
+    if ours == ran:
+        return True
+    (k1, _, v1), (k2, _, v2) = ours.partition("="), ran.partition("=")
+    return (
+        k1 == k2
+        and bool(v1)
+        and Path(v1).exists()
+        and Path(v2).exists()
+        and Path(v1).resolve() == Path(v2).resolve()
+    )
+
+
+def _weights_unchanged(summary: dict[str, Any]) -> bool:
+    """The policy weights a finished step ran (``policy_path``) still hash to its ``policy_version``."""
+    from rewind.train.policy_api import weights_version
+
+    path, version = summary.get("policy_path"), summary.get("policy_version")
+    return bool(path and version and Path(path).is_dir() and weights_version(Path(path)) == version)
+
+
+def reuse_step(cmd: list[str], folder: Path, root: Path, source: Path) -> bool:
+    """Link ``folder`` (a step under ``root``) to the same step under ``source``, another driver root,
+    when that step finished by running ``cmd`` into its own folder, on policy weights that have not
+    changed since. Every other path ``cmd`` names must be the one that step used (a calibration
+    folder under ``root`` must therefore be linked to the one it used, e.g. reused first). Returns
+    whether it linked; a step that cannot be reused is logged with the reason and left to run."""
+    other = source / folder.relative_to(root)
+    if folder.exists() or folder.is_symlink() or not (other / "summary.json").exists():
+        return False
+    try:
+        run = json.loads((other / "run.json").read_text())
+        ran, out_dir = run["argv"][1:], Path(run["out_dir"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.info("not reusing %s: its run.json cannot be read (%s)", other, exc)
+        return False
+    ours = [a for a in cmd[1:] if not a.startswith("out_dir=")]
+    ran = [a for a in ran if not a.startswith("out_dir=")]
+    differ = [f"{a} / {b}" for a, b in zip(ours, ran, strict=False) if not _same_arg(a, b)]
+    if len(ours) != len(ran) or differ or out_dir.resolve() != other.resolve():
+        log.info("not reusing %s: it ran another command (%s)", other, "; ".join(differ) or "arguments")
+        return False
+    if not _weights_unchanged(json.loads((other / "summary.json").read_text())):
+        log.info("not reusing %s: its policy weights changed or are gone", other)
+        return False
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.symlink_to(other.resolve(), target_is_directory=True)
+    log.info("reusing %s for %s", other, folder)
+    return True

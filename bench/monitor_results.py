@@ -14,7 +14,10 @@ with P in {none, nudge} and SEED ``--seed`` (10000), and writes ``--out`` (JSON)
 (Markdown): (a) success of the base policy vs with rewind (restore, drive), nominal and perturbed,
 with 95% Wilson intervals and the failure-rate reduction; (b) detectors compared (AUROC, balanced
 accuracy, TPR, FPR, lead time, cost; ``--no-detectors`` skips it). Finished steps (a
-``summary.json``) are reused, so an interrupted run resumes.
+``summary.json``) are reused, so an interrupted run resumes. ``--reuse-from OTHER_ROOT`` links each
+step that another root finished with the same command (its root swapped) on unchanged policy weights,
+e.g. the calibration and the runs with rewinds off when only ``--max-rewinds`` changes; the JSON
+lists the linked steps under ``reused``.
 
     MUJOCO_GL=osmesa .venv/bin/python bench/monitor_results.py \
         stack3=runs/base_policies/stack3_d100_s10000 pick_place=runs/base_policies/pick_place_d100_s2500
@@ -30,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
+from _commands import reuse_step, rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
 
 from rewind.utils.io import atomic_write_text
 
@@ -43,8 +46,11 @@ _bin = rewind_bin
 NO_RUN = False  # --no-run: only gather the summaries that exist
 
 
-def _run(cmd: list[str], folder: Path) -> dict[str, Any] | None:
-    """:func:`run_once` (``None`` for a missing step under ``--no-run``)."""
+def _run(cmd: list[str], folder: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """:func:`run_once` (``None`` for a missing step under ``--no-run``), after linking the step
+    to ``--reuse-from``'s when that one ran the same command (:func:`reuse_step`)."""
+    if args.reuse_from and reuse_step(cmd, folder, Path(args.root), Path(args.reuse_from)):
+        args.reused.append(str(folder))
     return run_once(cmd, folder, no_run=NO_RUN)
 
 
@@ -73,6 +79,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             f"out_dir={base / 'cal'}",
         ],
         base / "cal",
+        args,
     )
     success: dict[str, dict[str, Any]] = {}
     for cond in CONDITIONS:
@@ -85,7 +92,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             "wandb.mode=offline",
         ]
         folder = base / f"base_{cond}"
-        success[f"base_{cond}"] = _seeded(_run([*ev, f"out_dir={folder}"], folder), folder, args.seed)
+        success[f"base_{cond}"] = _seeded(_run([*ev, f"out_dir={folder}"], folder, args), folder, args.seed)
         # (folder prefix, rewind mode, rewinds per episode)
         modes = [(m, m, args.max_rewinds) for m in args.modes]
         if args.paired:  # the monitored runner with rewinds off: the same noise streams, alarms logged only
@@ -101,7 +108,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
                 *([f"rewind.backtrack_after={args.backtrack_after}"] if budget else []),
                 f"out_dir={base / name}",
             ]
-            success[name] = _seeded(_run(cmd, base / name), base / name, args.seed)
+            success[name] = _seeded(_run(cmd, base / name, args), base / name, args.seed)
     if args.no_detectors:
         return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": None}
     det = _run(
@@ -115,6 +122,7 @@ def run_task(root: Path, task: str, run: Path, args: argparse.Namespace) -> dict
             f"out_dir={base / 'detectors'}",
         ],
         base / "detectors",
+        args,
     )
     return {"task": task, "run": str(run), "calibration": cal, "success": success, "detectors": det}
 
@@ -261,6 +269,12 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/monitor_results.json")
     ap.add_argument("--table", default="bench/results/monitor_results.md")
     ap.add_argument("--no-run", action="store_true", help="only tabulate the summaries that already exist")
+    ap.add_argument(
+        "--reuse-from",
+        metavar="ROOT",
+        help="another --root: link each step it finished with the same command on unchanged weights "
+        "(a calibration, the runs without rewinds) instead of running it again",
+    )
     ap.add_argument("--no-detectors", action="store_true", help="skip (b), the detector comparison")
     ap.add_argument(
         "--paired",
@@ -268,6 +282,7 @@ def main() -> None:
         help="also run the monitor with rewinds off (norewind_P) and tabulate the paired effect per seed",
     )
     args = ap.parse_args()
+    args.reused = []
     if args.backtrack_after < 0 or args.max_rewinds < 0:
         ap.error("--backtrack-after and --max-rewinds must be >= 0")
     global NO_RUN
@@ -279,6 +294,8 @@ def main() -> None:
         task, run = item.split("=", 1)
         rows.append(run_task(Path(args.root), task, Path(run), args))
         record = {"command": " ".join(sys.argv), "seed": args.seed, "rows": rows}
+        if args.reuse_from:
+            record["reused"] = {"from": args.reuse_from, "steps": args.reused}
         atomic_write_text(args.out, json.dumps(record, indent=1))
         atomic_write_text(args.table, tables(rows, args.episodes, args.seed) + "\n")
     print(tables(rows, args.episodes, args.seed))
