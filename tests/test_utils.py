@@ -47,6 +47,10 @@ def test_a_figure_that_fails_to_render_leaves_the_last_plot(tmp_path: Path) -> N
     plt.close(fig)
     assert dest.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    assert atomic_save_figure(tmp_path / "plot.pdf", fig).read_bytes().startswith(b"%PDF")
+    plt.close(fig)
 
 
 def test_seeding_is_reproducible_and_local() -> None:

@@ -165,7 +165,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None
 
 
 def atomic_save_figure(path: str | os.PathLike[str], fig: Any, dpi: int = 110) -> Path:
-    """Render the matplotlib figure ``fig`` as PNG and write it to ``path`` atomically."""
+    """Render the matplotlib figure ``fig`` in the format ``path``'s suffix names (PNG without one) and
+    write it to ``path`` atomically."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi)
     return atomic_write_bytes(path, buf.getvalue())
