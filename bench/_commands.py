@@ -40,8 +40,7 @@ def run_once(
 
 
 def write_result(out: Path, result: dict[str, Any]) -> None:
-    """Write a driver's result record to ``out`` (JSON, parent folders created) and log where."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Write a driver's result record to ``out`` atomically (JSON, parent folders created) and log where."""
     atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     log.info("wrote %s", out)
 

@@ -146,7 +146,6 @@ def main() -> None:
     store = collect(a)
     rows = [run_variant(name, store, a) for name in a.variants]
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         out,
         json.dumps(

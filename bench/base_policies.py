@@ -141,7 +141,6 @@ def main(argv: list[str] | None = None) -> None:
         n_steps = int(steps[0]) if steps else args.steps
         rows.append(run_pair(Path(args.root), task, int(demos), n_steps, args.episodes, args.threads))
         log.info("%s d%s: success %.0f%%", task, demos, 100 * rows[-1]["success_rate"])
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2))
         atomic_write_text(args.table, markdown_table(rows, args.episodes) + "\n")
     print(markdown_table(rows, args.episodes))

@@ -177,7 +177,6 @@ def main(argv: list[str] | None = None) -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(doc, indent=1) + "\n")
     log.info("wrote %s", args.out)
     return doc

@@ -149,7 +149,6 @@ def main() -> None:
         res["stac32_ms"],
         res["stac32_over_tide_plus_tracking"],
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(res, indent=2))
     env.close()
     print(json.dumps(res, indent=2))

@@ -95,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         report = bench_task(task, args.episodes, args.seed0, cfg)
         out = args.out or RESULTS / f"operators_{task}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out, json.dumps(report, indent=2) + "\n")
         log.info("wrote %s (%.0f s)", out, report["wall_s"])
         reports.append(report)

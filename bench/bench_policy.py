@@ -198,7 +198,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if name in policies
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result

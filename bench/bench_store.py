@@ -158,7 +158,6 @@ def main() -> None:
         "h5py": h5py.__version__,
         "loadavg_at_end": os.getloadavg(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(results, indent=2) + "\n")
     summary = {
         name: {k: v for k, v in r.items() if k != "runs"} for name, r in results.items() if "runs" in r

@@ -285,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     log.info(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, text + "\n")
     return 0
 

@@ -118,7 +118,6 @@ def main() -> None:
         "command": " ".join(["python bench/ddp_cpu.py", *sys.argv[1:]]),
         "runs": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     log.info("wrote %s", args.out)
 

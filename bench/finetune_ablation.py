@@ -311,7 +311,6 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     rows = [run_variant(name, a, seed) for seed in a.seeds for name in a.variants]
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         out,
         json.dumps(

@@ -103,7 +103,6 @@ def main() -> None:
         "rows": rows,
     }
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=2))
     every = {
         "stage": "all",

@@ -95,7 +95,6 @@ def main() -> None:
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = {"note": a.note, "runs": [loop_result(f) for f in a.folders]}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out, json.dumps(out, indent=2) + "\n")
     for r in out["runs"]:
         log.info(

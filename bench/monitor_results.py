@@ -15,7 +15,8 @@ with P in {none, nudge} and SEED ``--seed`` (10000), and writes ``--out`` (JSON)
 with 95% Wilson intervals and the failure-rate reduction; (b) detectors compared (AUROC, balanced
 accuracy, TPR, FPR, lead time, cost; ``--no-detectors`` skips it). Finished steps (a
 ``summary.json``) are reused, so an interrupted run resumes. ``--reuse-from OTHER_ROOT`` links each
-step that another root finished with the same command (its root swapped) on unchanged policy weights,
+step that another root finished with the same command (every path naming the same folder, the step's
+own ``out_dir`` aside; :func:`_commands.reuse_step`) on unchanged policy weights,
 e.g. the calibration and the runs with rewinds off when only ``--max-rewinds`` changes; the JSON
 lists the linked steps under ``reused``.
 

@@ -96,7 +96,6 @@ def main() -> None:
             )
             log.info("%s %s: %s", scale, name, rows[-1])
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps({"demos": a.demos, "rows": rows}, indent=2))
     lines = ["| scaling | states | n | ratio p10 | p50 | p90 |", "|---|---|---|---|---|---|"]
     lines += [

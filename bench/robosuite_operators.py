@@ -50,7 +50,6 @@ def main() -> None:
             takeover["successes"],
             takeover["episodes"],
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.out)
 

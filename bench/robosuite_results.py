@@ -272,7 +272,6 @@ def main() -> None:
 
 
 def _write(result: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     atomic_write_text(out.with_suffix(".md"), markdown(result))
     log.info("wrote %s and %s", out, out.with_suffix(".md"))

@@ -91,7 +91,6 @@ def main() -> None:
     for task in args.tasks:
         report["tasks"][task] = bench_task(task, args.blocks, args.steps, args.restores)
         log.info("%s: %s", task, report["tasks"][task])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.out)
 

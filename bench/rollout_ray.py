@@ -193,7 +193,6 @@ def write(args: argparse.Namespace, cfg: EvalConfig, runs: dict[str, Any], load_
         "machine": platform.processor() or platform.machine(),
         "command": " ".join(["python bench/rollout_ray.py", *sys.argv[1:]]),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     log.info("%s", json.dumps(result["ratios_of_medians"]))
     log.info("wrote %s", args.out)

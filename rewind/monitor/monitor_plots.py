@@ -37,7 +37,6 @@ def plot_roc(path: Path, episodes: Mapping[str, Sequence[ScoredEpisode]], detect
         ax.set(title=f"{cond}", xlabel="false positive rate", ylabel="true positive rate")
         ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_save_figure(path, fig)
     plt.close(fig)
     return path
