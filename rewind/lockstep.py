@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rewind.policies.base import ActionChunkPolicy, to_torch_obs
+from rewind.policies.noise import RowGenerators
 from rewind.rollout.pool import StepOutcome, step_chunks, step_many
 
 
@@ -70,12 +71,13 @@ def run_batch(
     envs: Sequence[gym.Env],
     policy: ActionChunkPolicy,
     seeds: list[int],
-    generator: torch.Generator,
+    generator: torch.Generator | RowGenerators,
     device: torch.device,
     observers: Sequence[RolloutObserver] = (),
     chunked: bool = True,
 ) -> list[EpisodeRecord]:
     """Run one lockstep batch: env ``i`` is reset with ``seeds[i]``; returns the records in order.
+    ``generator`` is the batch's sampling noise: one generator, or one stream per env (row).
 
     With ``chunked`` (and no observers, which see every step), when the policy has queued the rest of
     a chunk (``queued_actions``) the envs step all of it in one :func:`step_chunks` call (one message

@@ -17,6 +17,9 @@ from rewind.rollout.config import RolloutConfig
 from rewind.train.policy_api import check_sampler_settings
 from rewind.utils.device import check_device
 
+#: Valid ``noise_streams``: one generator per lockstep batch, or one stream per episode.
+NOISE_STREAMS = ("batch", "episode")
+
 
 @dataclass
 class VideoConfig:
@@ -46,6 +49,13 @@ class EvalConfig(CommandConfig):
             action layout must match the one the weights were trained on.
         episodes: number of evaluation episodes; episode ``i`` resets with seed ``seed + i``.
         seed: seed of the first episode (and of the policy's sampling noise).
+        noise_streams: how the runner without a monitor seeds the policy's sampling noise: ``batch``
+            (one generator per lockstep batch of ``num_envs``, seeded by ``(seed, first episode)``:
+            an episode's noise depends on ``num_envs``) or ``episode`` (each episode its own stream,
+            seeded by ``(seed, episode seed)`` as the monitored runner seeds it: with one torch
+            thread, the records of ``num_envs=10`` equal a monitored run's with
+            ``monitor.tide_samples=1 rewind.max_rewinds=0``, so the two runners can be paired).
+            Runs with a monitor always use per-episode streams.
         num_envs: envs stepped in lockstep with one batched policy call per step.
         device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
         num_threads: torch intra-op threads (0: torch's default).
@@ -76,6 +86,7 @@ class EvalConfig(CommandConfig):
     episodes: int = 50
     seed: int = 0
     num_envs: int = 10
+    noise_streams: str = "batch"
     device: str = "auto"
     num_threads: int = 0
     n_action_steps: int | None = None
@@ -96,6 +107,10 @@ class EvalConfig(CommandConfig):
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         require(self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}")
+        require(
+            self.noise_streams in NOISE_STREAMS,
+            f"noise_streams must be one of {', '.join(NOISE_STREAMS)}; got {self.noise_streams!r}",
+        )
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")

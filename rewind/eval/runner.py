@@ -18,7 +18,7 @@ from tqdm import tqdm
 from rewind.eval.config import EvalConfig
 from rewind.eval.monitored import monitored_rollouts
 from rewind.eval.observers import StoreRecorder, VideoRecorder
-from rewind.eval.sharded import ray_rollouts
+from rewind.eval.sharded import batch_noise, ray_rollouts
 from rewind.eval.stats import stage_histogram, wilson_interval
 from rewind.lockstep import EpisodeRecord, RolloutObserver, run_batch
 from rewind.metrics import MetricsLogger
@@ -27,7 +27,6 @@ from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
 from rewind.train.policy_api import denoising_steps, load_policy
 from rewind.utils.device import resolve_device
-from rewind.utils.seeding import torch_generator
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +81,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         policy_version=version,
         seed=cfg.seed,
         num_envs=num_envs,
+        noise_streams=cfg.noise_streams,
         rollout_workers=cfg.rollout.workers,
         n_action_steps=policy.n_action_steps,
         sampler=cfg.sampler,
@@ -109,7 +109,7 @@ def _rollouts(
     spec: StoreSpec,
     version: str,
 ) -> list[EpisodeRecord]:
-    """All episodes, batch by batch; each batch's sampling noise is seeded by ``(seed, first episode)``."""
+    """All episodes, batch by batch, with the sampling noise of :func:`~rewind.eval.sharded.batch_noise`."""
     records: list[EpisodeRecord] = []
     store_cm = ReplayStore.open_or_create(cfg.store_out, spec) if cfg.store_out else contextlib.nullcontext()
     with store_cm as store:
@@ -117,8 +117,7 @@ def _rollouts(
         bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.name}", disable=not cfg.progress)
         for first in range(0, cfg.episodes, len(envs)):
             seeds = list(range(cfg.seed + first, cfg.seed + min(first + len(envs), cfg.episodes)))
-            gen = torch_generator(int(np.random.SeedSequence([cfg.seed, first]).generate_state(1)[0]), device)
-            records += run_batch(envs, policy, seeds, gen, device, observers)
+            records += run_batch(envs, policy, seeds, batch_noise(cfg, seeds, device), device, observers)
             bar.update(len(seeds))
             bar.set_postfix(success=f"{np.mean([r.success for r in records]):.2f}")
         bar.close()

@@ -6,7 +6,8 @@ travels as a path; a remote node needs the same path, e.g. a shared filesystem),
 ``monitor.calibration``. A unit of seeds is what the local backend runs with the same noise:
 
 * without a monitor, one lockstep batch of ``num_envs`` seeds, its noise seeded by ``(seed, first
-  episode index)`` as in :mod:`rewind.eval.runner`;
+  episode index)`` as in :mod:`rewind.eval.runner` (``noise_streams=episode``: each episode's own
+  stream, seeded by ``(seed, episode seed)``);
 * with a monitor, a few episodes (at most ``rollout.batch_size``) stepped by the batched monitored
   runner with ``rollout.inference_rows`` (per-episode noise streams seeded by ``(seed, episode
   seed)``: :func:`rewind.monitor.rollouts.run_monitored` gives the same records for any batch).
@@ -36,6 +37,7 @@ from rewind.eval.observers import StoreRecorder
 from rewind.lockstep import EpisodeRecord, run_batch
 from rewind.monitor.factory import load_monitor
 from rewind.monitor.rollouts import run_monitored
+from rewind.policies.noise import NoiseStream, RowGenerators
 from rewind.rollout.deferred import DeferredStore, PendingEpisode
 from rewind.rollout.ray_backend import RayOptions, run_sharded
 from rewind.store import ReplayStore, StoreSpec, store_spec_for
@@ -122,7 +124,7 @@ class EvalUnitRunner:
                 )
             else:
                 observers = [StoreRecorder(store, self.loaded.version, cfg.round)] if store else []  # type: ignore[arg-type]
-                gen = batch_generator(cfg.seed, seeds[0] - cfg.seed, self.device)
+                gen = batch_noise(cfg, seeds, self.device)
                 records, traces = (
                     run_batch(self.envs, self.loaded.policy, seeds, gen, self.device, observers),
                     [],
@@ -130,9 +132,18 @@ class EvalUnitRunner:
         return UnitResult(list(records), traces, store.take() if store else [])
 
 
-def batch_generator(seed: int, first: int, device: torch.device) -> torch.Generator:
-    """The noise of the lockstep batch whose first episode is ``seed + first`` (as ``rewind.eval.runner``)."""
-    return torch_generator(episode_noise_seed(seed, first), device)
+def batch_noise(cfg: EvalConfig, seeds: list[int], device: torch.device) -> torch.Generator | RowGenerators:
+    """The sampling noise of the lockstep batch of episodes ``seeds`` (as ``rewind.eval.runner``).
+
+    ``noise_streams=batch``: one generator, seeded by ``(seed, index of the batch's first episode)``,
+    so an episode's noise depends on ``num_envs``; ``episode``: one stream per episode, seeded by
+    ``(seed, episode seed)`` as the monitored runner seeds it, so it does not.
+    """
+    if cfg.noise_streams == "episode":
+        return RowGenerators(
+            [NoiseStream(torch_generator(episode_noise_seed(cfg.seed, s), device)) for s in seeds]
+        )
+    return torch_generator(episode_noise_seed(cfg.seed, seeds[0] - cfg.seed), device)
 
 
 def units_of(cfg: EvalConfig, actors: int = 1) -> list[list[int]]:
