@@ -53,8 +53,9 @@ class EvalConfig(CommandConfig):
             (one generator per lockstep batch of ``num_envs``, seeded by ``(seed, first episode)``:
             an episode's noise depends on ``num_envs``) or ``episode`` (each episode its own stream,
             seeded by ``(seed, episode seed)`` as the monitored runner seeds it: with one torch
-            thread, the records of ``num_envs=10`` equal a monitored run's with
-            ``monitor.tide_samples=1 rewind.max_rewinds=0``, so the two runners can be paired).
+            thread and ``num_envs`` equal to ``rollout.inference_rows``, the episodes execute the
+            actions of a monitored run with ``monitor.tide_samples=1 rewind.max_rewinds=0``, so the
+            two runners can be paired).
             Runs with a monitor always use per-episode streams.
         num_envs: envs stepped in lockstep with one batched policy call per step.
         device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.

@@ -145,6 +145,18 @@ def test_rewind_eval_with_a_monitor_on_ray_equals_local(cluster, tiny_run, tmp_p
     _assert_same_stores(tmp_path / "local" / "store", tmp_path / "ray" / "store")
 
 
+def test_episode_noise_streams_on_ray_equal_local(cluster, tiny_run, tmp_path) -> None:
+    """``noise_streams=episode`` without a monitor: the actors draw each episode's own stream."""
+    local = run_eval(_cfg(tiny_run, tmp_path / "local", noise_streams="episode", ddim_eta=1.0))
+    rollout = {"backend": "ray", "actors": 2}
+    on_ray = run_eval(
+        _cfg(tiny_run, tmp_path / "ray", noise_streams="episode", ddim_eta=1.0, rollout=rollout)
+    )
+    assert on_ray["noise_streams"] == "episode" and on_ray["ray"]["actors"] == 2
+    assert _comparable(on_ray["records"]) == _comparable(local["records"])
+    _assert_same_stores(tmp_path / "local" / "store", tmp_path / "ray" / "store")
+
+
 class _GatedJob:
     """:class:`EvalJob` whose units holding ``gated`` seeds wait until ``gate`` exists, so the test
     can kill the actor while it is certainly inside that unit (no race with its finishing)."""
