@@ -5,7 +5,12 @@ control and a treatment that differ in one setting, it counts the successes of e
 the treatment solved (``fixed``) and only the control solved (``broken``), and the two-sided exact
 sign test of fixed against broken (the discordant pairs; McNemar's exact test). With several pairs
 (e.g. one per training seed) it also pools them: the episodes, successes and discordant pairs summed,
-and one sign test over the pooled discordant pairs:
+and one sign test over the pooled discordant pairs. That test counts every discordant pair as
+independent, which pairs over the same seeds are not (a nominal and a nudged pair run the same
+episodes with the same noise, and mostly agree). So the pooled result also holds a test by seed:
+each seed's net change summed over the pairs that ran it, and the exact two-sided sign-flip test of
+that sum (the treatment's label swapped per seed, in every pair at once). With no seed in two pairs
+it is the sign test itself; with shared seeds it is the one to quote:
 
     .venv/bin/python bench/paired_runs.py \\
         runs/s20/rw_persist_mr10_bt1_s70000/stack3/restore_nudge:runs/s21/rw_progress0.02_mr10_bt1_s70000/stack3/restore_nudge \\
@@ -31,6 +36,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from _commands import write_result
 from monitor_results import fixed_broken
 
@@ -76,11 +82,16 @@ def _result_summary(file: str, key: str) -> dict[str, Any]:
     return by_task[task][name]
 
 
-def compare(control: Path, treatment: Path) -> dict[str, Any]:
-    """Seed-by-seed comparison of two runs over the same seeds."""
+def load_pair(control: Path, treatment: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two runs' summaries, checked to cover the same seeds."""
     a, b = _summary(control), _summary(treatment)
     if {r["seed"] for r in a["records"]} != {r["seed"] for r in b["records"]}:
         raise SystemExit(f"{control} and {treatment} ran different seeds: not a paired comparison")
+    return a, b
+
+
+def compare(control: Path, treatment: Path, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Seed-by-seed comparison of the two runs' summaries ``a`` and ``b`` (from :func:`load_pair`)."""
     fixed, broken = fixed_broken(a, b)
     return {
         "control": str(control),
@@ -94,11 +105,48 @@ def compare(control: Path, treatment: Path) -> dict[str, Any]:
     }
 
 
-def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pairs summed: episodes, each side's successes, fixed, broken, and the sign test over them."""
+def sign_flip_test(changes: list[int]) -> float:
+    """Exact two-sided p-value of ``sum(changes)`` under random signs: each seed's net change (its
+    treatment successes minus its control successes over the pairs that ran it) is equally likely to
+    have either sign under the null. With every change in {-1, 0, 1} it equals :func:`sign_test`."""
+    sizes = [abs(int(c)) for c in changes if c]
+    total = sum(sizes)
+    dist = np.zeros(2 * total + 1)  # dist[total + v]: P(sum of signed sizes = v)
+    dist[total] = 1.0
+    for k in sizes:
+        dist = 0.5 * (np.roll(dist, k) + np.roll(dist, -k))  # no wrap: |partial sums| <= total
+    observed = abs(sum(int(c) for c in changes))
+    values = np.abs(np.arange(-total, total + 1))
+    return float(min(1.0, dist[values >= observed].sum()))
+
+
+def by_seed(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The test by seed over ``(control, treatment)`` summaries: seeds run by more than one pair,
+    seeds with a net change, the net change summed, and :func:`sign_flip_test`."""
+    net: dict[int, int] = {}
+    runs: dict[int, int] = {}
+    for a, b in pairs:
+        ok = {r["seed"]: bool(r["success"]) for r in a["records"]}
+        for r in b["records"]:
+            s = r["seed"]
+            net[s] = net.get(s, 0) + int(bool(r["success"])) - int(ok[s])
+            runs[s] = runs.get(s, 0) + 1
+    changes = list(net.values())
+    return {
+        "shared_seeds": sum(1 for n in runs.values() if n > 1),
+        "seeds_changed": sum(1 for c in changes if c),
+        "net_change": sum(changes),
+        "sign_flip_p": sign_flip_test(changes),
+    }
+
+
+def pooled(rows: list[dict[str, Any]], pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The pairs summed (episodes, each side's successes, fixed, broken, the sign test over them) and
+    the test by seed (:func:`by_seed`) of the ``(control, treatment)`` summaries."""
     keys = ("episodes", "control_successes", "treatment_successes", "fixed", "broken")
     total = {k: sum(r[k] for r in rows) for k in keys}
-    return {"pairs": len(rows), **total, "sign_test_p": sign_test(total["fixed"], total["broken"])}
+    out = {"pairs": len(rows), **total, "sign_test_p": sign_test(total["fixed"], total["broken"])}
+    return {**out, "by_seed": by_seed(pairs)}
 
 
 def _log_counts(label: str, r: dict[str, Any]) -> None:
@@ -122,18 +170,27 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    rows = []
+    rows, summaries = [], []
     for pair in args.pairs:
         if pair.count(":") != 1:
             raise SystemExit(f"'{pair}': expected CONTROL_RUN:TREATMENT_RUN")
-        control, treatment = pair.split(":")
-        rows.append(compare(Path(control), Path(treatment)))
+        control, treatment = map(Path, pair.split(":"))
+        summaries.append(load_pair(control, treatment))
+        rows.append(compare(control, treatment, *summaries[-1]))
     for r in rows:
         _log_counts(f"{r['control']} -> {r['treatment']}", r)
     result: dict[str, Any] = {"pairs": rows}
     if len(rows) > 1:
-        result["pooled"] = pooled(rows)
+        result["pooled"] = pooled(rows, summaries)
         _log_counts(f"pooled over {len(rows)} pairs", result["pooled"])
+        seeds = result["pooled"]["by_seed"]
+        log.info(
+            "by seed (%d seeds in more than one pair): net %+d over %d seeds changed, p = %.3g",
+            seeds["shared_seeds"],
+            seeds["net_change"],
+            seeds["seeds_changed"],
+            seeds["sign_flip_p"],
+        )
     write_result(args.out, result)
 
 

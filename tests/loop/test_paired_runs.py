@@ -47,8 +47,41 @@ def test_several_pairs_are_pooled(tmp_path: Path) -> None:
     assert (p["pairs"], p["episodes"], p["control_successes"], p["treatment_successes"]) == (2, 8, 3, 6)
     assert (p["fixed"], p["broken"]) == (4, 1)
     assert abs(p["sign_test_p"] - 2 * (1 + 5) / 2**5) < 1e-12
+    seeds = p["by_seed"]  # no seed in two pairs: the test by seed is the sign test
+    assert (seeds["shared_seeds"], seeds["seeds_changed"], seeds["net_change"]) == (0, 5, 3)
+    assert abs(seeds["sign_flip_p"] - p["sign_test_p"]) < 1e-12
     one = _cli(tmp_path, f"{a}:{b}")
     assert one.returncode == 0 and "pooled" not in json.loads((tmp_path / "o.json").read_text())
+
+
+def test_pairs_over_the_same_seeds_are_tested_by_seed(tmp_path: Path) -> None:
+    """The same episodes counted twice (e.g. a nominal and a nudged pair that agree on every seed):
+    the pooled sign test doubles its evidence, the test by seed does not."""
+    outcomes = {s: s % 3 != 0 for s in range(12)}  # the control: seeds 0, 3, 6, 9 fail
+    treated = {**outcomes, 0: True, 3: True, 6: True, 9: True, 1: False}  # 4 fixed, 1 broken
+    a = _run_folder(tmp_path, "a", outcomes)
+    b = _run_folder(tmp_path, "b", treated)
+    assert _cli(tmp_path, f"{a}:{b}").returncode == 0
+    (single,) = json.loads((tmp_path / "o.json").read_text())["pairs"]
+    proc = _cli(tmp_path, f"{a}:{b}", f"{a}:{b}")
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads((tmp_path / "o.json").read_text())["pooled"]
+    assert (p["fixed"], p["broken"]) == (8, 2) and p["sign_test_p"] < single["sign_test_p"]
+    seeds = p["by_seed"]
+    assert (seeds["shared_seeds"], seeds["seeds_changed"], seeds["net_change"]) == (12, 5, 6)
+    assert abs(seeds["sign_flip_p"] - single["sign_test_p"]) < 1e-12
+    assert "by seed (12 seeds in more than one pair)" in proc.stderr
+
+
+def test_the_sign_flip_test_counts_every_signing() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from paired_runs import sign_flip_test
+
+    # changes 2, 1, -1: signings with |sum| >= 2 are (+2, +1, -1), (+2, -1, +1), (-2, +1, -1),
+    # (-2, -1, +1), (+2, +1, +1), (-2, -1, -1): 6 of 8
+    assert abs(sign_flip_test([2, 1, -1, 0]) - 6 / 8) < 1e-12
+    assert sign_flip_test([]) == 1.0 and abs(sign_flip_test([3]) - 1.0) < 1e-12
+    assert abs(sign_flip_test([1] * 6) - 2 / 2**6) < 1e-12
 
 
 def test_sign_test_matches_the_binomial_tail() -> None:
