@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from rewind.config import CommandConfig, require
+from rewind.config import CommandConfig, check_choice, require
 from rewind.envs.config import EnvConfig, perturbation_config
 from rewind.envs.wrappers import PerturbationConfig
 from rewind.metrics import WandbConfig
@@ -108,10 +108,7 @@ class EvalConfig(CommandConfig):
         require(self.episodes >= 1, f"episodes must be >= 1; got {self.episodes}")
         require(self.seed >= 0, f"seed must be >= 0; got {self.seed}")
         require(self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}")
-        require(
-            self.noise_streams in NOISE_STREAMS,
-            f"noise_streams must be one of {', '.join(NOISE_STREAMS)}; got {self.noise_streams!r}",
-        )
+        check_choice("noise_streams", self.noise_streams, NOISE_STREAMS)
         check_device(self.device)
         require(self.num_threads >= 0, f"num_threads must be >= 0; got {self.num_threads}")
         require(self.round >= 0, f"round must be >= 0; got {self.round}")

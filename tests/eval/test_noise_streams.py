@@ -95,5 +95,5 @@ def test_episode_streams_do_not_depend_on_the_batch_split(tiny_run: dict[str, Pa
 
 def test_an_unknown_noise_streams_names_the_valid_ones(tmp_path: Path) -> None:
     node = {"out_dir": str(tmp_path), "policy_path": "x", "noise_streams": "global"}
-    with pytest.raises(ConfigError, match="noise_streams must be one of batch, episode; got 'global'"):
+    with pytest.raises(ConfigError, match=r"noise_streams must be one of \[batch, episode\]; got 'global'"):
         to_dataclass(node, EvalConfig)
