@@ -144,13 +144,17 @@ def _cuts(cuts: list[float]) -> str:
     return " / ".join("-" if c != c else f"{c:+.0%}" for c in cuts)
 
 
+def seed_changes(ref: dict[str, Any], run: dict[str, Any]) -> dict[int, int]:
+    """Seed -> ``run``'s success minus ``ref``'s (+1 fixed, -1 broken, 0 the same) for two run
+    summaries with ``records`` over the same seeds (``bench/paired_runs.py`` uses it too)."""
+    ok = {r["seed"]: bool(r["success"]) for r in ref["records"]}
+    return {r["seed"]: int(bool(r["success"])) - int(ok[r["seed"]]) for r in run["records"]}
+
+
 def fixed_broken(ref: dict[str, Any], run: dict[str, Any]) -> tuple[int, int]:
-    """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse (two run
-    summaries with ``records`` over the same seeds; ``bench/paired_runs.py`` uses it too)."""
-    ok = {r["seed"]: r["success"] for r in ref["records"]}
-    fixed = sum(1 for r in run["records"] if r["success"] and not ok[r["seed"]])
-    broken = sum(1 for r in run["records"] if not r["success"] and ok[r["seed"]])
-    return fixed, broken
+    """(fixed, broken): seeds that fail in ``ref`` and succeed in ``run``, and the reverse."""
+    changes = seed_changes(ref, run).values()
+    return sum(1 for c in changes if c > 0), sum(1 for c in changes if c < 0)
 
 
 def _alarmed(ref: dict[str, Any]) -> str:

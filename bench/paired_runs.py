@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 from _commands import write_result
-from monitor_results import fixed_broken
+from monitor_results import fixed_broken, seed_changes
 
 log = logging.getLogger("bench")
 
@@ -126,10 +126,8 @@ def by_seed(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any
     net: dict[int, int] = {}
     runs: dict[int, int] = {}
     for a, b in pairs:
-        ok = {r["seed"]: bool(r["success"]) for r in a["records"]}
-        for r in b["records"]:
-            s = r["seed"]
-            net[s] = net.get(s, 0) + int(bool(r["success"])) - int(ok[s])
+        for s, change in seed_changes(a, b).items():
+            net[s] = net.get(s, 0) + change
             runs[s] = runs.get(s, 0) + 1
     changes = list(net.values())
     return {
