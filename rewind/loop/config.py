@@ -42,6 +42,8 @@ AFTER_MODES = ("end", "handback")
 UNTIL_MODES = ("stage", "task")
 #: ``promotion.rule``: deploy every round's weights, or only those not worse on the selection seeds.
 PROMOTION_RULES = ("always", "not_worse")
+#: ``promotion.floor``: none, or the base policy (round 0) as a second reference for every candidate.
+PROMOTION_FLOORS = ("none", "base")
 
 
 @dataclass
@@ -261,21 +263,28 @@ class PromotionSettings:
     the round keeps the deployed weights (its data stays in the pool for later rounds) and records the
     rejected candidate. The control arm passes the same gate against its own deployed policy.
     ``rule=always`` deploys every round's weights (the loop before the gate existed).
+    ``floor=base`` (the default) also holds every candidate to the base policy's (round 0's)
+    selection success minus ``tolerance``, so that tolerances granted round after round cannot add up
+    to a deployed policy further below the base than one tolerance (``none``: the deployed policy is
+    the only reference, as before 2026-12-07).
 
     Attributes:
         rule: ``always`` or ``not_worse``.
         episodes: selection episodes per candidate.
         seed: first selection seed.
         tolerance: how far (success rate) below the deployed policy a candidate may be and still deploy.
+        floor: ``none`` or ``base``.
     """
 
     rule: str = "not_worse"
     episodes: int = 100
     seed: int = 60000
     tolerance: float = 0.05
+    floor: str = "base"
 
     def __post_init__(self) -> None:
         check_choice("promotion.rule", self.rule, PROMOTION_RULES)
+        check_choice("promotion.floor", self.floor, PROMOTION_FLOORS)
         require(self.episodes >= 1, f"promotion.episodes must be >= 1; got {self.episodes}")
         require(self.seed >= 0, f"promotion.seed must be >= 0; got {self.seed}")
         require(0.0 <= self.tolerance <= 1.0, f"promotion.tolerance must be in [0, 1]; got {self.tolerance}")

@@ -64,7 +64,7 @@ def run_control_arm(
     weights = resolve_weights(str(folder / "train"))
     prev = records[-1].control or records[-1]
     candidate = policy_record(out, weights, prev.policy.version)
-    gate = judge_round(cfg, out, r, candidate, weights, prev, folder, "control", t, hook)
+    gate = judge_round(cfg, out, r, candidate, weights, prev, folder, "control", t, hook, base=records[0])
     if gate is not None and not gate.promoted:
         return ControlRecord(prev.policy, prev.eval, prev.selection, gate)
     with timed(t, "control_eval", hook, r):

@@ -6,7 +6,8 @@ evaluation seeds it is judged on. A rejected round keeps the deployed weights, i
 its evaluation (the same weights on the same seeds give the same numbers); its data stays in the
 pool, so a later round fine-tunes on it again together with more. The control arm passes the same
 gate against its own deployed policy, so a comparison with the control measures the data, not the
-gate.
+gate. With ``promotion.floor=base`` a candidate must also be within the tolerance of the base
+policy's (round 0's) selection success, so that tolerances do not add up over rounds.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from rewind.loop.stages import StageHook, timed
 log = logging.getLogger(__name__)
 
 
-def not_worse(candidate: EvalOutcome, deployed: EvalOutcome, tolerance: float) -> bool:
-    """The candidate's selection success is at least the deployed policy's minus ``tolerance``."""
-    return candidate.success_rate >= deployed.success_rate - tolerance - 1e-12
+def not_worse(
+    candidate: EvalOutcome, deployed: EvalOutcome, tolerance: float, base: EvalOutcome | None = None
+) -> bool:
+    """The candidate's selection success is at least the deployed policy's minus ``tolerance``, and,
+    when ``base`` is given (``promotion.floor=base``), at least the base policy's minus ``tolerance``."""
+    references = [deployed] if base is None else [deployed, base]
+    return all(candidate.success_rate >= ref.success_rate - tolerance - 1e-12 for ref in references)
 
 
 def select(cfg: LoopConfig, weights: Path, folder: Path) -> EvalOutcome:
@@ -35,25 +40,35 @@ def select(cfg: LoopConfig, weights: Path, folder: Path) -> EvalOutcome:
 
 
 def judge(
-    cfg: LoopConfig, candidate: PolicyRecord, weights: Path, deployed: EvalOutcome, folder: Path, what: str
+    cfg: LoopConfig,
+    candidate: PolicyRecord,
+    weights: Path,
+    deployed: EvalOutcome,
+    folder: Path,
+    what: str,
+    base: EvalOutcome | None = None,
 ) -> PromotionOutcome:
-    """Evaluate ``candidate`` (at ``weights``) on the selection seeds in ``folder/selection`` and decide.
+    """Evaluate ``candidate`` (at ``weights``) on the selection seeds in ``folder/selection`` and decide
+    against ``deployed`` (and ``base``, the base policy's selection result, when the floor is on).
 
     A rejected candidate is also evaluated on the evaluation seeds (``folder/candidate_eval``) for
     the report. ``what`` names the arm in the log ("round 2", "round 2 control").
     """
     p = cfg.promotion
     sel = select(cfg, weights, folder / "selection")
-    ok = not_worse(sel, deployed, p.tolerance)
+    ok = not_worse(sel, deployed, p.tolerance, base)
     out = PromotionOutcome(p.rule, p.tolerance, ok, candidate, sel, deployed)
+    if base is not None:
+        out.floor, out.base_selection = "base", base
     if not ok:
         out.candidate_eval = stages.evaluate(cfg, weights, folder / "candidate_eval")
     log.info(
-        "%s: candidate %s %.0f%% vs deployed %.0f%% on the selection seeds: %s",
+        "%s: candidate %s %.0f%% vs deployed %.0f%%%s on the selection seeds: %s",
         what,
         candidate.version,
         100 * sel.success_rate,
         100 * deployed.success_rate,
+        "" if base is None else f" and base {100 * base.success_rate:.0f}%",
         "promoted" if ok else "rejected, kept the deployed weights",
     )
     return out
@@ -70,12 +85,19 @@ def judge_round(
     arm: str,
     t: dict[str, float],
     hook: StageHook | None,
+    base: RoundRecord | None = None,
 ) -> PromotionOutcome | None:
     """The promotion gate for round ``r``'s candidate of ``arm`` ("" or "control") against ``prev``'s
-    deployed policy, timed as ``[arm_]selection``; None when the gate is off."""
+    deployed policy (and ``base``'s, round 0, with ``promotion.floor=base``), timed as
+    ``[arm_]selection``; None when the gate is off."""
     if not cfg.promotion.gated:
         return None
     with timed(t, f"{arm}_selection" if arm else "selection", hook, r):
+        floor = None
+        if cfg.promotion.floor == "base":
+            if base is None:
+                raise ValueError("promotion.floor=base needs the base round's record")
+            floor = base_selection(cfg, out, base, folder)
         return judge(
             cfg,
             candidate,
@@ -83,7 +105,16 @@ def judge_round(
             deployed_selection(cfg, out, prev, round_dir(out, r)),
             folder,
             f"round {r} {arm}".rstrip(),
+            floor,
         )
+
+
+def base_selection(cfg: LoopConfig, out: Path, base: RoundRecord, folder: Path) -> EvalOutcome:
+    """The base policy's success on the selection seeds: recorded with round 0, or (a loop started
+    before the gate existed) measured now into ``folder/base_selection``."""
+    if base.selection is None:
+        base.selection = select(cfg, abs_path(out, base.policy.weights), folder / "base_selection")
+    return base.selection
 
 
 def deployed_selection(

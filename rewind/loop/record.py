@@ -130,7 +130,9 @@ class PromotionOutcome:
     ``candidate`` was fine-tuned this round; ``candidate_selection`` and ``deployed_selection`` are its
     and the previously deployed policy's success on the selection seeds; ``promoted`` says which one
     the round deploys. A rejected candidate is still evaluated on the evaluation seeds
-    (``candidate_eval``), so the report shows what the gate kept out.
+    (``candidate_eval``), so the report shows what the gate kept out. With ``promotion.floor=base``,
+    ``floor`` is ``"base"`` and ``base_selection`` the base policy's selection result the candidate
+    was also held to.
     """
 
     rule: str
@@ -140,17 +142,19 @@ class PromotionOutcome:
     candidate_selection: EvalOutcome
     deployed_selection: EvalOutcome
     candidate_eval: EvalOutcome | None = None
+    floor: str | None = None
+    base_selection: EvalOutcome | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON mapping (``candidate_eval`` only when set)."""
-        return _omit_none(self, ("candidate_eval",))
+        """The JSON mapping (``candidate_eval``, ``floor`` and ``base_selection`` only when set)."""
+        return _omit_none(self, ("candidate_eval", "floor", "base_selection"))
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> PromotionOutcome:
         """Inverse of :meth:`to_json`."""
         out = _build(cls, data, where)
         out.candidate = _build(PolicyRecord, out.candidate, f"{where}.candidate")
-        for key in ("candidate_selection", "deployed_selection", "candidate_eval"):
+        for key in ("candidate_selection", "deployed_selection", "candidate_eval", "base_selection"):
             if getattr(out, key) is not None:
                 setattr(out, key, _build(EvalOutcome, getattr(out, key), f"{where}.{key}"))
         return out

@@ -238,7 +238,9 @@ def _deploy(
     prev = records[-1]
     weights = resolve_weights(str(round_dir(out, r) / "train"))
     policy = policy_record(out, weights, prev.policy.version)
-    gate = promotion.judge_round(cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook)
+    gate = promotion.judge_round(
+        cfg, out, r, policy, weights, prev, round_dir(out, r), "", t, hook, base=records[0]
+    )
     if gate is not None and not gate.promoted:
         return Deployment(prev.policy, prev.calibration, prev.eval, prev.eval_rewind, prev.selection, gate)
     demos = str(abs_path(out, records[0].demos))

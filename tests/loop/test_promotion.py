@@ -76,6 +76,40 @@ def test_gate_keeps_the_deployed_weights_when_the_candidate_is_worse(
     assert "rejected candidate" in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("floor", ["none", "base"])
+def test_the_base_floor_stops_tolerances_adding_up_over_rounds(
+    tmp_path: Path, tiny_run, monkeypatch: pytest.MonkeyPatch, floor: str
+) -> None:
+    """Selection results pinned per round (base 50%, then 46%, then 41%): each candidate is within the
+    5-point tolerance of the deployed policy, so without a floor both deploy and the loop ends 9 points
+    below the base; with ``floor=base`` round 2's candidate is also held to the base's 50% - 5."""
+    real = promotion.select
+    rates = {"round_00": 0.5, "round_01": 0.46, "round_02": 0.41, "control": 0.5}
+
+    def pinned(cfg, weights, folder):  # noqa: ANN001, ANN202
+        ev = real(cfg, weights, folder)
+        rate = rates[folder.parent.name]
+        return EvalOutcome(
+            ev.episodes, round(rate * ev.episodes), rate, [0.0, 1.0], ev.max_stage_histogram, 1.0
+        )
+
+    monkeypatch.setattr(promotion, "select", pinned)
+    out = tmp_path / floor
+    run_loop(_gated(out, tiny_run, tolerance=0.05, floor=floor))
+    base, r1, r2 = (_rec(out, r) for r in range(3))
+    assert r1["promotion"]["promoted"] and r1["policy"] == r1["promotion"]["candidate"]
+    assert r2["promotion"]["promoted"] is (floor == "none")
+    assert r2["policy"] == (r2["promotion"]["candidate"] if floor == "none" else r1["policy"])
+    for rec in (r1, r2):
+        gate = rec["promotion"]
+        if floor == "none":
+            assert "floor" not in gate and "base_selection" not in gate
+        else:
+            assert gate["floor"] == "base" and gate["base_selection"] == base["selection"]
+            assert rec["control"]["promotion"]["base_selection"] == base["selection"]
+    assert RoundRecord.from_json(r2).to_json() == r2
+
+
 def test_a_loop_started_before_the_gate_resumes_with_it(tmp_path: Path, tiny_run) -> None:
     """A loop started before the gate existed resumes under it: its deployed policy, which has no
     selection result, is measured on the selection seeds when the gate first needs it."""
@@ -97,6 +131,7 @@ def test_a_loop_started_before_the_gate_resumes_with_it(tmp_path: Path, tiny_run
         ({"rule": "best"}, r"promotion.rule must be one of \[always, not_worse\]"),
         ({"episodes": 0}, "promotion.episodes must be >= 1"),
         ({"tolerance": 1.5}, r"promotion.tolerance must be in \[0, 1\]"),
+        ({"floor": "best"}, r"promotion.floor must be one of \[none, base\]"),
     ],
 )
 def test_bad_promotion_settings_are_named(tmp_path: Path, bad: dict, match: str) -> None:
