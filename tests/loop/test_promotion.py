@@ -125,6 +125,27 @@ def test_a_loop_started_before_the_gate_resumes_with_it(tmp_path: Path, tiny_run
     assert (round_dir(out, 1) / "deployed_selection" / "summary.json").exists()
 
 
+def test_a_pre_gate_loop_measures_the_base_for_the_floor_once_it_needs_it(tmp_path: Path, tiny_run) -> None:
+    """A loop whose round 0 and round 1 ran without the gate resumes with it: in round 2 neither the
+    deployed policy (round 1's) nor the base has a selection result, so both are measured, each into
+    its own folder, and the floor's reference is the base's."""
+    out = tmp_path / "pre_gate"
+    run_loop(loop_config(out, tiny_run, rounds=1, promotion={"rule": "always"}))
+    assert "selection" not in _rec(out, 0) and "selection" not in _rec(out, 1)
+    ident = json.loads((out / "loop.json").read_text())
+    del ident["promotion"]  # as written before the gate existed
+    (out / "loop.json").write_text(json.dumps(ident))
+    run_loop(
+        loop_config(out, tiny_run, rounds=2, promotion={"rule": "not_worse", "episodes": 2, "seed": 777})
+    )
+    gate = _rec(out, 2)["promotion"]
+    assert gate["floor"] == "base" and gate["base_selection"]["episodes"] == 2
+    base_run = json.loads((round_dir(out, 2) / "base_selection" / "summary.json").read_text())
+    assert [rec["seed"] for rec in base_run["records"]] == [777, 778]
+    assert gate["base_selection"]["successes"] == base_run["successes"]
+    assert (round_dir(out, 2) / "deployed_selection" / "summary.json").exists()
+
+
 @pytest.mark.parametrize(
     ("bad", "match"),
     [
