@@ -57,9 +57,10 @@ def judge(
     p = cfg.promotion
     sel = select(cfg, weights, folder / "selection")
     ok = not_worse(sel, deployed, p.tolerance, base)
-    out = PromotionOutcome(p.rule, p.tolerance, ok, candidate, sel, deployed)
-    if base is not None:
-        out.floor, out.base_selection = "base", base
+    floor = None if base is None else "base"
+    out = PromotionOutcome(
+        p.rule, p.tolerance, ok, candidate, sel, deployed, floor=floor, base_selection=base
+    )
     if not ok:
         out.candidate_eval = stages.evaluate(cfg, weights, folder / "candidate_eval")
     log.info(
@@ -85,19 +86,19 @@ def judge_round(
     arm: str,
     t: dict[str, float],
     hook: StageHook | None,
-    base: RoundRecord | None = None,
+    base: RoundRecord,
 ) -> PromotionOutcome | None:
     """The promotion gate for round ``r``'s candidate of ``arm`` ("" or "control") against ``prev``'s
     deployed policy (and ``base``'s, round 0, with ``promotion.floor=base``), timed as
-    ``[arm_]selection``; None when the gate is off."""
+    ``[arm_]selection``; None when the gate is off. A policy without a recorded selection result (a
+    loop started before the gate existed) is measured once, the deployed one into
+    ``round_NN/deployed_selection``, the base into ``folder/base_selection``."""
     if not cfg.promotion.gated:
         return None
     with timed(t, f"{arm}_selection" if arm else "selection", hook, r):
         floor = None
         if cfg.promotion.floor == "base":
-            if base is None:
-                raise ValueError("promotion.floor=base needs the base round's record")
-            floor = base_selection(cfg, out, base, folder)
+            floor = recorded_selection(cfg, out, base, folder / "base_selection")
         return judge(
             cfg,
             candidate,
@@ -109,20 +110,20 @@ def judge_round(
         )
 
 
-def base_selection(cfg: LoopConfig, out: Path, base: RoundRecord, folder: Path) -> EvalOutcome:
-    """The base policy's success on the selection seeds: recorded with round 0, or (a loop started
-    before the gate existed) measured now into ``folder/base_selection``."""
-    if base.selection is None:
-        base.selection = select(cfg, abs_path(out, base.policy.weights), folder / "base_selection")
-    return base.selection
+def recorded_selection(
+    cfg: LoopConfig, out: Path, record: RoundRecord | ControlRecord, into: Path
+) -> EvalOutcome:
+    """``record``'s policy's success on the selection seeds: recorded when it was deployed, or (a loop
+    started before the gate existed, or with ``promotion.rule=always``) measured now into ``into``
+    and kept on ``record``."""
+    if record.selection is None:
+        record.selection = select(cfg, abs_path(out, record.policy.weights), into)
+    return record.selection
 
 
 def deployed_selection(
     cfg: LoopConfig, out: Path, prev: RoundRecord | ControlRecord, folder: Path
 ) -> EvalOutcome:
-    """The deployed policy's success on the selection seeds: recorded when it was deployed, or (a loop
-    started before the gate existed, or with ``promotion.rule=always``) measured now into
-    ``folder/deployed_selection``."""
-    if prev.selection is None:
-        prev.selection = select(cfg, abs_path(out, prev.policy.weights), folder / "deployed_selection")
-    return prev.selection
+    """The deployed policy's success on the selection seeds (:func:`recorded_selection`), measured if
+    need be into ``folder/deployed_selection``."""
+    return recorded_selection(cfg, out, prev, folder / "deployed_selection")
