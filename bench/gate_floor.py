@@ -19,14 +19,9 @@ from typing import Any
 from _commands import write_result
 
 from rewind.loop.promotion import not_worse
-from rewind.loop.record import EvalOutcome
+from rewind.loop.record import PromotionOutcome
 
 log = logging.getLogger("bench")
-
-
-def _outcome(sel: dict[str, Any]) -> EvalOutcome:
-    keys = ("episodes", "successes", "success_rate", "success_ci95")
-    return EvalOutcome(**{k: sel[k] for k in keys}, max_stage_histogram={}, mean_length=0.0)
 
 
 def _loops(paths: list[Path]) -> dict[str, dict[str, Any]]:
@@ -50,16 +45,17 @@ def replay(paths: list[Path]) -> dict[str, Any]:
     gated loops, the counts, and the decisions the floor changes."""
     loops, decisions, changed = _loops(paths), 0, []
     for out_dir, run in sorted(loops.items()):
-        base = _outcome(run["rounds"]["round_01"]["promotion"]["deployed_selection"])
+        first = PromotionOutcome.from_json(run["rounds"]["round_01"]["promotion"], f"{out_dir} round_01")
+        base = first.deployed_selection
         for name, rnd in sorted(run["rounds"].items()):
             for arm, key in (("main", "promotion"), ("control", "control_promotion")):
-                gate = rnd.get(key)
-                if not gate:
+                if not rnd.get(key):
                     continue
                 decisions += 1
-                cand, dep = _outcome(gate["candidate_selection"]), _outcome(gate["deployed_selection"])
-                floored = not_worse(cand, dep, gate["tolerance"], base)
-                if floored != gate["promoted"]:
+                gate = PromotionOutcome.from_json(rnd[key], f"{out_dir} {name} {key}")
+                cand, dep = gate.candidate_selection, gate.deployed_selection
+                floored = not_worse(cand, dep, gate.tolerance, base)
+                if floored != gate.promoted:
                     changed.append(
                         {
                             "out_dir": out_dir,
@@ -69,7 +65,7 @@ def replay(paths: list[Path]) -> dict[str, Any]:
                             "candidate": cand.success_rate,
                             "deployed": dep.success_rate,
                             "base": base.success_rate,
-                            "promoted": gate["promoted"],
+                            "promoted": gate.promoted,
                             "with_floor": floored,
                         }
                     )

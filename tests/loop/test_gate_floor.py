@@ -11,13 +11,25 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gate_floor.py"
 
 
 def _sel(rate: float) -> dict:
-    return {"episodes": 100, "successes": round(100 * rate), "success_rate": rate, "success_ci95": [0, 1]}
+    """A recorded selection result (``EvalOutcome.to_json``) at ``rate``."""
+    return {
+        "episodes": 100,
+        "successes": round(100 * rate),
+        "success_rate": rate,
+        "success_ci95": [0, 1],
+        "max_stage_histogram": {},
+        "mean_length": 50.0,
+    }
 
 
 def _gate(cand: float, dep: float, promoted: bool) -> dict:
+    """A recorded gate decision (``PromotionOutcome.to_json``), made without the floor."""
+    policy = {"version": "diffusion/0", "weights": "w", "sha256": "0", "parent": None}
     return {
+        "rule": "not_worse",
         "tolerance": 0.05,
         "promoted": promoted,
+        "candidate": policy,
         "candidate_selection": _sel(cand),
         "deployed_selection": _sel(dep),
     }
