@@ -39,7 +39,7 @@ KEEP_RULES = ("all", "useful", "success", "intervened")
 PERSONS = ("teleop", "scripted")
 FINETUNE_MODES = ("ft", "fs")
 AFTER_MODES = ("end", "handback")
-UNTIL_MODES = ("stage", "task")
+UNTIL_MODES = ("stage", "task", "failed")
 #: ``promotion.rule``: deploy every round's weights, or only those not worse on the selection seeds.
 PROMOTION_RULES = ("always", "not_worse")
 #: ``promotion.floor``: none, or the base policy (round 0) as a second reference for every candidate.
@@ -88,7 +88,10 @@ class RecoveryConfig:
             ``correction``), ``dagger`` (HG-DAgger: the operator takes over, no rewind), ``human``
             (a person through ``rewind-teleop``, or a stand-in), ``guided`` (ReGuide, no operator).
         after: after an intervention, ``end`` the episode (RaC) or ``handback`` to the policy.
-        until: (dagger) the operator drives until the current ``stage`` or the whole ``task`` is done.
+        until: (operator, dagger) the operator corrects until the current ``stage`` (the stage the
+            rewind lands in), the whole ``task``, or the stage the episode ``failed`` in (the stage at the
+            trigger: after a drive back that lost the object the operator redoes the earlier stages
+            too, with ``max_correction_steps`` for each) is done. For dagger ``failed`` is ``stage``.
         rewind_mode: (operator, retry) ``drive`` (recorded ``recovery`` steps) or ``restore``.
         max_interventions: interventions (or retries) per episode; later alarms are only logged.
         max_correction_steps: operator step budget of one intervention.

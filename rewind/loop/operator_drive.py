@@ -40,16 +40,34 @@ class EpisodeAsEnv:
 
 
 def drive_operator(
-    ep: MonitoredEpisode, operator: Operator, source: str, until: str, budget: int
+    ep: MonitoredEpisode,
+    operator: Operator,
+    source: str,
+    until: str,
+    budget: int,
+    failed_stage: int | None = None,
 ) -> tuple[int, bool]:
-    """The operator drives ``ep`` (steps recorded as ``source``) until the current ``stage`` or the whole
-    ``task`` is done, the episode ends, or ``budget`` steps are spent; returns the steps taken and
-    whether it completed what it set out to do (a stage, or the task)."""
+    """The operator drives ``ep`` (steps recorded as ``source``) until the current ``stage``, the whole
+    ``task``, or (``failed``) the stage ``failed_stage`` the episode failed in is done, the episode ends,
+    or the budget is spent; returns the steps taken and whether it completed what it set out to do.
+
+    ``budget`` is the operator's steps for one stage. ``stage`` and ``task`` get ``budget`` in all;
+    ``failed`` gets ``budget`` for each stage from the current one through ``failed_stage`` (a rewind
+    that lost the object, e.g. a drive back that left the nut behind, has several stages to redo)."""
+    if until == "failed":
+        if failed_stage is None:
+            raise ValueError("drive_operator: until='failed' needs failed_stage (the stage at the trigger)")
+        budget *= max(1, failed_stage - ep.base.stage() + 1)
     env, steps, completed = EpisodeAsEnv(ep, source, getattr(operator, "stopped", None)), 0, False
     while steps < budget and not ep.done:
         res = complete_current_stage(env, operator, ep.obs, budget - steps)  # type: ignore[arg-type]
         steps += res.steps
-        completed = res.completed if until == "stage" else ep.success
-        if until == "stage" or res.done or not res.completed or res.steps == 0:
+        if until == "stage":
+            completed = res.completed
+        elif until == "failed":
+            completed = ep.base.stage() > failed_stage
+        else:
+            completed = ep.success
+        if until == "stage" or completed or res.done or not res.completed or res.steps == 0:
             break
     return steps, completed or ep.success

@@ -246,13 +246,15 @@ class OperatorSource(RecoverySource):
     }
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
-        """Recover, correct, then ``recovery.after``."""
+        """Recover, correct (``recovery.until``: the stage the rewind lands in, the task, or through the
+        stage the episode ``failed`` in), then ``recovery.after``."""
+        failed = ep.base.stage()
         ep.rewind(mode=self.cfg.rewind_mode)
         if self.cfg.rewind_mode == "restore":
             recording.drop_from(ep.step_count)
         if not ep.done:
             _, ok = drive_operator(
-                ep, self.fresh_operator(), "correction", "stage", self.cfg.max_correction_steps
+                ep, self.fresh_operator(), "correction", self.cfg.until, self.cfg.max_correction_steps, failed
             )
             self.failed += int(not ok)
         return END if self.cfg.after == "end" else CONTINUE
@@ -266,9 +268,14 @@ class DaggerSource(RecoverySource):
     batchable = True
 
     def on_trigger(self, ep: MonitoredEpisode, res: StepResult, recording: LoopRecording) -> str:
-        """Take over, correct, then ``recovery.after``."""
+        """Take over, correct, then ``recovery.after`` (``until=failed`` is ``stage`` here: no rewind)."""
         _, ok = drive_operator(
-            ep, self.fresh_operator(), "correction", self.cfg.until, self.cfg.max_correction_steps
+            ep,
+            self.fresh_operator(),
+            "correction",
+            self.cfg.until,
+            self.cfg.max_correction_steps,
+            ep.base.stage(),
         )
         self.failed += int(not ok)
         return END if self.cfg.after == "end" else CONTINUE

@@ -11,6 +11,7 @@ from rewind.config import ConfigError, to_dataclass
 from rewind.envs.registry import make_env
 from rewind.loop.config import RecoveryConfig
 from rewind.loop.episodes import CollectRules, collect_episodes, run_episode
+from rewind.loop.operator_drive import drive_operator
 from rewind.loop.sources import HumanSource, LoopRecording, keep_episode, make_source
 from rewind.monitor import Calibration, Monitor, MonitoredEpisode, RewindConfig, make_score
 from rewind.store import ReplayStore
@@ -141,3 +142,43 @@ def test_unknown_source_lists_the_valid_ones() -> None:
         RecoveryConfig(name="oracle")
     with pytest.raises(ConfigError, match="recovery.after must be one of"):
         RecoveryConfig(after="later")
+
+
+def _fresh(parts, seed: int = 3) -> tuple[MonitoredEpisode, object]:
+    """An episode reset at ``seed`` and the RaC source's scripted operator, reset for it."""
+    env, loaded = parts
+    source = make_source(to_dataclass({"name": "operator"}, RecoveryConfig), "lift")
+    source.begin(ep := _episode(env, loaded), seed)
+    ep.reset(seed)
+    return ep, source.fresh_operator()
+
+
+def test_until_failed_drives_through_the_stage_the_episode_failed_in(parts) -> None:
+    """``until=failed``: from the first stage, an episode that failed in the second is corrected
+    through it (two stages, each with the step budget); ``until=stage`` stops after the first."""
+    ep, op = _fresh(parts)
+    assert ep.base.stage() == 0
+    steps_one, ok_one = drive_operator(ep, op, "correction", "stage", 60)
+    assert ok_one and ep.base.stage() == 1
+    ep, op = _fresh(parts)
+    steps, ok = drive_operator(ep, op, "correction", "failed", 60, failed_stage=1)
+    assert ok and ep.base.stage() == 2 and ep.success and steps > steps_one
+    ep, op = _fresh(parts)  # failed in the stage it is in: exactly ``until=stage``
+    assert drive_operator(ep, op, "correction", "failed", 60, failed_stage=0) == (steps_one, True)
+    with pytest.raises(ValueError, match="failed_stage"):
+        drive_operator(ep, op, "correction", "failed", 60)
+
+
+def test_until_failed_budget_is_per_stage_to_redo(parts) -> None:
+    """The budget of ``until=failed`` is ``max_correction_steps`` for each stage through the failed one:
+    a budget just short of the two stages together still completes both."""
+    ep, op = _fresh(parts)
+    both, _ = drive_operator(ep, op, "correction", "task", 200)
+    ep, op = _fresh(parts)
+    first, _ = drive_operator(ep, op, "correction", "stage", 200)
+    per_stage = max(first, both - first)
+    assert per_stage < both  # one stage's budget would not be enough for both
+    ep, op = _fresh(parts)
+    assert drive_operator(ep, op, "correction", "task", per_stage)[1] is False
+    ep, op = _fresh(parts)
+    assert drive_operator(ep, op, "correction", "failed", per_stage, failed_stage=1) == (both, True)
