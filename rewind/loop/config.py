@@ -94,7 +94,8 @@ class RecoveryConfig:
             too, with ``max_correction_steps`` for each) is done. For dagger ``failed`` is ``stage``.
         rewind_mode: (operator, retry) ``drive`` (recorded ``recovery`` steps) or ``restore``.
         max_interventions: interventions (or retries) per episode; later alarms are only logged.
-        max_correction_steps: operator step budget of one intervention.
+        max_correction_steps: operator step budget of one intervention (``until=failed``: of each
+            stage it redoes).
         stall_steps: also intervene when the task stage has not advanced for this many policy steps
             (what a person watching would notice); ``0``: no stall trigger at all (only monitor alarms
             trigger), whatever ``stall_from_demos`` says.
