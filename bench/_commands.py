@@ -45,6 +45,22 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
     log.info("wrote %s", out)
 
 
+def named_paths(items: list[str], form: str, noun: str) -> dict[str, str]:
+    """``NAME=PATH`` arguments as a mapping (``form`` names the PATH in messages, ``noun`` what it is);
+    raises ``ValueError`` naming a malformed item, a name given twice, or a path that does not exist."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path or "/" in name:
+            raise ValueError(f"expected NAME={form} (NAME without '/'), got {item!r}")
+        if name in out:
+            raise ValueError(f"the name {name!r} is given twice")
+        if not Path(path).exists():
+            raise ValueError(f"{name}: no such {noun} path: {path}")
+        out[name] = path
+    return out
+
+
 def _same_arg(ours: str, ran: str) -> bool:
     """Two ``key=value`` overrides are the same: equal text, or both values name one existing path."""
     if ours == ran:

@@ -16,13 +16,13 @@ policy failed at the alignment; a ``restore`` rewind lands in the checkpoint's o
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _commands import named_paths, write_result
 
 from rewind.envs.registry import make_env
 from rewind.store import SOURCE_CODES, ReplayStore
@@ -93,15 +93,16 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/correction_stages.json")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    pairs = [s.split("=", 1) for s in a.stores]
-    if any(len(p) != 2 or not p[0] for p in pairs):
-        ap.error(f"stores are NAME=STORE_PATH; got {a.stores}")
+    try:
+        stores = named_paths(a.stores, "STORE_PATH", "store")
+    except ValueError as e:
+        ap.error(str(e))
     env = make_env(a.task).unwrapped
-    results = {name: store_stages(path, env, a.label) for name, path in pairs}
-    out = Path(a.out)
-    atomic_write_text(out, json.dumps({"args": vars(a), "stores": results}, indent=2) + "\n")
-    atomic_write_text(out.with_suffix(".md"), _markdown(results))
-    log.info("wrote %s\n%s", out, _markdown(results))
+    results = {name: store_stages(path, env, a.label) for name, path in stores.items()}
+    out, table = Path(a.out), _markdown(results)
+    write_result(out, {"args": vars(a), "stores": results})
+    atomic_write_text(out.with_suffix(".md"), table)
+    log.info("\n%s", table)
 
 
 if __name__ == "__main__":

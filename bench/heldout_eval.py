@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once, write_result
+from _commands import named_paths, rewind_bin, run_once, write_result
 
 from rewind.utils.stats import wilson_interval
 
@@ -31,17 +31,10 @@ log = logging.getLogger("bench")
 
 def _specs(items: list[str]) -> dict[str, str]:
     """``NAME=WEIGHTS`` arguments as a mapping; a malformed or repeated name is an error naming it."""
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, weights = item.partition("=")
-        if not sep or not name or not weights or "/" in name:
-            raise SystemExit(f"expected NAME=WEIGHTS (NAME without '/'), got {item!r}")
-        if name in out:
-            raise SystemExit(f"the name {name!r} is given twice")
-        if not Path(weights).exists():
-            raise SystemExit(f"{name}: no such weights path: {weights}")
-        out[name] = weights
-    return out
+    try:
+        return named_paths(items, "WEIGHTS", "weights")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _group(args: argparse.Namespace) -> str:
