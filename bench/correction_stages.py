@@ -40,19 +40,23 @@ def _runs(steps: np.ndarray) -> list[np.ndarray]:
 
 
 def store_stages(path: str, env: Any, label: str) -> dict[str, Any]:
-    """Every ``label`` segment of the store outside undone segments: its rewind target and the stage at
-    its first step; returns the counts (``segments``, ``steps``, ``by_start``, ``steps_by_stage``)."""
+    """Every ``label`` segment of the store outside undone segments: its rewind target, what called the
+    operator in (the intervention's ``trigger``: ``alarm``, ``stall``, ...) and the stage at its first
+    step; returns the counts (``segments``, ``steps``, ``by_start``, ``by_trigger``: segments and steps
+    per ``trigger -> stage``, ``steps_by_stage``)."""
     names = [*env.stage_names, "done"]
     code = SOURCE_CODES[label]
     starts: Counter[str] = Counter()
+    trig_segments: Counter[str] = Counter()
+    trig_steps: Counter[str] = Counter()
     steps_by_stage: Counter[str] = Counter()
     n_seg = 0
     with ReplayStore.open(path) as store:
         for info in store.episodes():
             ep = store.load(info.id)
-            rewinds = [
-                e.get("checkpoint", "?") for e in info.extra.get("events", []) if e["kind"] == "rewind"
-            ]
+            events = info.extra.get("events", [])
+            rewinds = [e.get("checkpoint", "?") for e in events if e["kind"] == "rewind"]
+            triggers = [e.get("trigger", "?") for e in events if e["kind"] == "intervention"]
             j = 0
             for b, e, undone in episode_segments(len(ep.actions), info.extra, info.id):
                 if undone:
@@ -62,6 +66,9 @@ def store_stages(path: str, env: Any, label: str) -> dict[str, Any]:
                     first = names[env.stage()]
                     target = rewinds[j] if j < len(rewinds) else "none"
                     starts[f"{target} -> {first}"] += 1
+                    by = f"{triggers[j] if j < len(triggers) else 'none'} -> {first}"
+                    trig_segments[by] += 1
+                    trig_steps[by] += len(seg)
                     for t in seg:
                         env.set_physics_state(ep.states[t])
                         steps_by_stage[names[env.stage()]] += 1
@@ -70,15 +77,18 @@ def store_stages(path: str, env: Any, label: str) -> dict[str, Any]:
         "segments": n_seg,
         "steps": int(sum(steps_by_stage.values())),
         "by_start": dict(sorted(starts.items())),
+        "by_trigger": {k: {"segments": n, "steps": trig_steps[k]} for k, n in sorted(trig_segments.items())},
         "steps_by_stage": {s: steps_by_stage[s] for s in names if steps_by_stage[s]},
     }
 
 
 def _markdown(results: dict[str, dict[str, Any]]) -> str:
-    """One row per store and (rewind target -> first stage)."""
+    """One row per store and (rewind target -> first stage), then per (trigger -> first stage)."""
     lines = ["| store | rewound to -> stage at the first correction step | segments |", "|---|---|---|"]
     for name, r in results.items():
         lines += [f"| {name} | {k} | {v} |" for k, v in r["by_start"].items()]
+        by = r.get("by_trigger", {}).items()
+        lines += [f"| {name} | trigger {k} ({v['steps']} steps) | {v['segments']} |" for k, v in by]
         per = ", ".join(f"{s} {n}" for s, n in r["steps_by_stage"].items())
         lines.append(f"| {name} | all ({r['steps']} steps: {per}) | {r['segments']} |")
     return "\n".join(lines) + "\n"
