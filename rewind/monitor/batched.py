@@ -164,7 +164,10 @@ class BatchedMonitoredRunner:
         ep = slot.ep
         if self.monitor is not None:
             ep.monitor = Monitor(
-                self.monitor.score.for_episode(seed), self.monitor.calibration, self.monitor.progress
+                self.monitor.score.for_episode(seed),
+                self.monitor.calibration,
+                self.monitor.progress,
+                self.monitor.armed_from,
             )
         ep.tracker = self.tracker.for_episode() if self.tracker is not None else None
         ep.noise = NoiseStream(torch_generator(self.noise_seed(seed), self.device))

@@ -191,7 +191,7 @@ class MonitoredEpisode:
         self.log.scores.append(score)
         if score is not None:
             res.score, res.threshold = score, self.monitor.threshold(res.step)  # type: ignore[union-attr]
-            res.alarm = score > res.threshold
+            res.alarm = score > res.threshold and self._armed()
             if res.alarm:
                 res.alarm_reason = "score"
                 self.event(
@@ -214,6 +214,11 @@ class MonitoredEpisode:
                 )
         if self.monitor is not None and self.monitor.progress is not None and not res.done:
             self._watch_progress(res, self.monitor.progress)
+
+    def _armed(self) -> bool:
+        """The score may alarm now: always, or (``monitor.armed_from=checkpoint``) once a rewind
+        checkpoint past the episode start is reached (a rewind to the start disarms it again)."""
+        return self.monitor.armed_from == "start" or len(self.checkpoints) > 1  # type: ignore[union-attr]
 
     def _watch_progress(self, res: StepResult, watchdog: ProgressWatchdog) -> None:
         """The progress watchdog's alarm (:mod:`rewind.monitor.progress`) when the score raised none."""

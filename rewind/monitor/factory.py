@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from rewind.config import ConfigError, check_range, require
+from rewind.config import ConfigError, check_choice, check_range, require
 from rewind.monitor.checkpoints import (
     LABELERS,
     LIBRARY_JSON,
@@ -32,6 +32,7 @@ from rewind.monitor.checkpoints import (
 from rewind.monitor.conformal import Calibration, CalibrationError, min_calibration_size
 from rewind.monitor.episode import Monitor
 from rewind.monitor.progress import ProgressWatchdog
+from rewind.monitor.rules import ARMED_FROM
 from rewind.monitor.scores import SCORES, FailureScore, make_score
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
@@ -69,6 +70,7 @@ class TrackingConfig:
     min_similarity: float = 0.7
     patience: int = 3
     progress_alpha: float | None = None
+    armed_from: str = "start"
 
     def __post_init__(self) -> None:
         check_tracking("tracking.", self.min_similarity, self.patience)
@@ -96,6 +98,11 @@ class MonitorConfig:
         patience: steps without improvement after which a peak counts as reached.
         match: compare with each checkpoint's ``nearest`` labelled example or its single KDE ``template``.
         track_checkpoints: track the library (else only the episode start is a checkpoint).
+        armed_from: ``start`` (default): the score alarms from the first step; ``checkpoint``: only
+            once a rewind checkpoint past the episode start has been reached (Rewind-IL cannot rewind
+            before it; on NutPeg the first chunk comparison alarms on ~20% of episodes whatever
+            their outcome, docs/loop.md). Needs checkpoint tracking. The calibration is unchanged:
+            its threshold is the maximum over every step, so the false-alarm bound still holds.
         progress_alpha: also alarm when a segment between reached rewind checkpoints lasts longer
             than the successful calibration rollouts' segments, at this conformal level (the progress
             watchdog, :mod:`rewind.monitor.progress`; needs a calibration made with checkpoint
@@ -117,6 +124,7 @@ class MonitorConfig:
     match: str = "nearest"
     track_checkpoints: bool = True
     progress_alpha: float | None = None
+    armed_from: str = "start"
 
     def __post_init__(self) -> None:
         valid = ("none", *SCORES)
@@ -140,6 +148,11 @@ class MonitorConfig:
         )
         check_tracking("monitor.", self.min_similarity, self.patience)
         check_progress_alpha("monitor.", self.progress_alpha)
+        check_choice("monitor.armed_from", self.armed_from, ARMED_FROM)
+        require(
+            self.armed_from == "start" or self.track_checkpoints,
+            "monitor.armed_from=checkpoint needs checkpoint tracking (monitor.track_checkpoints=true)",
+        )
 
     @property
     def enabled(self) -> bool:
@@ -207,23 +220,10 @@ def load_reference(folder: str | Path) -> np.ndarray | None:
         raise CalibrationError(f"{path}: not readable reference features ({exc})") from exc
 
 
-def load_monitor(
-    cfg: MonitorConfig, policy: ActionChunkPolicy, weights_hash: str, seed: int = 0
-) -> tuple[Monitor | None, CheckpointTracker | None, dict[str, Any]]:
-    """The monitor and checkpoint tracker that ``cfg`` asks for, checked against the policy weights.
-
-    Returns ``(monitor, tracker, info)``; ``monitor`` is ``None`` when ``cfg.score == 'none'``.
-
-    Raises:
-        CalibrationError: the calibration is missing, unreadable, for another score or other weights.
-    """
-    if not cfg.enabled:
-        return None, None, {}
-    if not cfg.calibration:
-        raise CalibrationError(
-            f"monitor.score={cfg.score} needs monitor.calibration=FOLDER (from rewind-calibrate)"
-        )
-    folder = Path(cfg.calibration)
+def _checked_calibration(cfg: MonitorConfig, policy: ActionChunkPolicy, weights_hash: str) -> Calibration:
+    """``cfg.calibration`` loaded and checked against the score, the weights, ``n_action_steps``,
+    ``tide_samples`` and the sampler (a :class:`CalibrationError` that says what differs)."""
+    folder = Path(cfg.calibration)  # type: ignore[arg-type]
     cal = Calibration.load(folder)
     if cal.score != cfg.score:
         raise CalibrationError(f"{folder}: calibrated for score '{cal.score}', but monitor.score={cfg.score}")
@@ -244,6 +244,27 @@ def load_monitor(
             f"{folder}: calibrated with the policy sampling {cal.sampler}, but it samples "
             f"{sampler_tag(policy)} now: use the same sampler (sampler / inference_steps / ddim_eta) or recalibrate"
         )
+    return cal
+
+
+def load_monitor(
+    cfg: MonitorConfig, policy: ActionChunkPolicy, weights_hash: str, seed: int = 0
+) -> tuple[Monitor | None, CheckpointTracker | None, dict[str, Any]]:
+    """The monitor and checkpoint tracker that ``cfg`` asks for, checked against the policy weights.
+
+    Returns ``(monitor, tracker, info)``; ``monitor`` is ``None`` when ``cfg.score == 'none'``.
+
+    Raises:
+        CalibrationError: the calibration is missing, unreadable, for another score or other weights.
+    """
+    if not cfg.enabled:
+        return None, None, {}
+    if not cfg.calibration:
+        raise CalibrationError(
+            f"monitor.score={cfg.score} needs monitor.calibration=FOLDER (from rewind-calibrate)"
+        )
+    folder = Path(cfg.calibration)
+    cal = _checked_calibration(cfg, policy, weights_hash)
     score = build_score(cfg.score, cal.score_params, load_reference(folder))
     tracker = None
     if cfg.track_checkpoints and (folder / LIBRARY_JSON).exists():
@@ -266,7 +287,13 @@ def load_monitor(
     }
     if progress is not None:
         info["progress_limits"] = {k: v if math.isfinite(v) else None for k, v in progress.limits.items()}
-    return Monitor(score, cal, progress), tracker, info
+    if cfg.armed_from != "start":
+        if tracker is None:
+            raise ConfigError(
+                f"monitor.armed_from={cfg.armed_from} needs a checkpoint library: {folder} has none (recalibrate)"
+            )
+        info["armed_from"] = cfg.armed_from
+    return Monitor(score, cal, progress, cfg.armed_from), tracker, info
 
 
 def _progress_watchdog(cfg: MonitorConfig, cal: Calibration, folder: Path) -> ProgressWatchdog:

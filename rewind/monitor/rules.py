@@ -17,6 +17,9 @@ from rewind.monitor.progress import ProgressWatchdog
 from rewind.monitor.scores import FailureScore
 
 REWIND_MODES = ("restore", "drive")
+#: ``monitor.armed_from``: the score alarms from the episode ``start``, or only once a rewind
+#: ``checkpoint`` past the start has been reached (Rewind-IL: no rewind before the first checkpoint).
+ARMED_FROM = ("start", "checkpoint")
 
 
 def check_rewind_mode(mode: str, key: str) -> None:
@@ -66,14 +69,22 @@ class RewindConfig:
 
 class Monitor:
     """A failure score with its calibrated threshold: ``alarm`` when the score exceeds it; with a
-    ``progress`` watchdog also when a segment between rewind checkpoints overruns its time limit."""
+    ``progress`` watchdog also when a segment between rewind checkpoints overruns its time limit.
+    ``armed_from="checkpoint"``: the score's alarms count only while a rewind checkpoint past the
+    episode start is reached (the watchdog is not affected)."""
 
     def __init__(
-        self, score: FailureScore, calibration: Calibration | None, progress: ProgressWatchdog | None = None
+        self,
+        score: FailureScore,
+        calibration: Calibration | None,
+        progress: ProgressWatchdog | None = None,
+        armed_from: str = "start",
     ) -> None:
         if calibration is not None and calibration.score != score.name:
             raise ValueError(f"calibration is for score '{calibration.score}', not '{score.name}'")
+        check_choice("monitor.armed_from", armed_from, ARMED_FROM)
         self.score, self.calibration, self.progress = score, calibration, progress
+        self.armed_from = armed_from
 
     def threshold(self, step: int) -> float:
         """Threshold at control step ``step`` (``inf`` when uncalibrated: the score is only recorded)."""

@@ -213,3 +213,21 @@ def test_act_with_temporal_ensembling_infers_every_step_batched(tiny_run, tmp_pa
         runs.append(([dataclasses.replace(r, monitor_ms=0.0) for r in records], traces))
     assert runs[0] == runs[1]
     assert sum(t is not None for t in runs[0][1][0]) > MAX_STEPS // 2  # a score at (nearly) every step
+
+
+def test_a_monitor_armed_from_the_first_checkpoint_is_armed_alike_batched(tiny_monitor) -> None:
+    """``armed_from="checkpoint"`` reaches every episode of a batch: the same records as the sequential
+    runner, no alarm while only the start is reached, where the unarmed monitor alarms there."""
+    m = tiny_monitor.monitor
+    armed = dataclasses.replace(
+        tiny_monitor, monitor=Monitor(m.score, m.calibration, m.progress, "checkpoint")
+    )
+    seq, _ = _run(armed, 1, "restore")
+    bat, _ = _run(armed, 8, "restore")
+    assert bat == seq
+
+    def alarm_checkpoints(records) -> list:
+        return [e["checkpoint"] for r in records for e in r.events if e["kind"] == "alarm"]
+
+    assert "start" in alarm_checkpoints(_run(tiny_monitor, 8, "restore")[0])
+    assert alarm_checkpoints(bat) and "start" not in alarm_checkpoints(bat)

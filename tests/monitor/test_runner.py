@@ -216,3 +216,56 @@ def test_feature_extractor_matches_policy_encode(parts) -> None:
             )
     finally:
         norm.obs_clip = None
+
+
+def test_armed_from_checkpoint_alarms_only_once_a_checkpoint_past_the_start_is_reached(parts) -> None:
+    """``armed_from="checkpoint"``: a score over its threshold at every step raises no alarm while only
+    the start is reached; once checkpoint ``a`` is, the next scored step alarms and rewinds to it; a
+    rewind to the start disarms the score again."""
+    env, loaded = parts
+    lib = CheckpointLibrary(
+        ["a"],
+        np.ones((1, loaded.policy.feature_dim), np.float32),
+        np.zeros(loaded.policy.feature_dim, np.float32),
+        "stage",
+        loaded.weights_hash,
+        [1],
+    )
+    tracker = CheckpointTracker(lib, min_similarity=1.0)  # never reached by itself: set by hand below
+    monitor = Monitor(
+        make_score("tide"), Calibration("tide", 0.5, 1, -1.0, loaded.weights_hash), armed_from="checkpoint"
+    )
+    ep = MonitoredEpisode(env, loaded.policy, monitor, tracker, RewindConfig(max_rewinds=5))
+    ep.reset(1)
+    k = loaded.policy.n_action_steps
+    for _ in range(3 * k):
+        ep.policy_step()
+    assert [c.name for c in tracker.reached] == ["start"]
+    assert sum(s is not None for s in ep.log.scores) >= 2  # scored over the threshold, yet no alarm
+    assert not any(e["kind"] == "alarm" for e in ep.log.events) and ep.log.rewinds == 0
+    obs = {key: v.copy() for key, v in ep.obs.items()}
+    tracker.reached.append(ReachedCheckpoint(0, "a", ep.step_count, 1.0, env.unwrapped.snapshot(), obs))
+    for _ in range(2 * k):
+        ep.policy_step()
+        if ep.log.rewinds:
+            break
+    assert ep.log.rewinds == 1
+    alarm = next(e for e in ep.log.events if e["kind"] == "alarm")
+    assert alarm["checkpoint"] == "a" and alarm["step"] >= 3 * k
+    assert next(e for e in ep.log.events if e["kind"] == "rewind")["checkpoint"] == "a"
+    ep.rewind(target=0)
+    assert [c.name for c in tracker.reached] == ["start"]
+    alarms = sum(e["kind"] == "alarm" for e in ep.log.events)
+    for _ in range(3 * k):
+        ep.policy_step()
+    assert sum(e["kind"] == "alarm" for e in ep.log.events) == alarms and ep.log.rewinds == 2
+
+
+def test_armed_from_refuses_an_unknown_name_and_a_monitor_without_tracking() -> None:
+    from rewind.config import ConfigError
+    from rewind.monitor.factory import MonitorConfig
+
+    with pytest.raises(ConfigError, match=r"monitor.armed_from must be one of \[start, checkpoint\]"):
+        MonitorConfig(score="tide", armed_from="grasp")
+    with pytest.raises(ConfigError, match="needs checkpoint tracking"):
+        MonitorConfig(score="tide", armed_from="checkpoint", track_checkpoints=False)
