@@ -100,8 +100,10 @@ class MonitorConfig:
         track_checkpoints: track the library (else only the episode start is a checkpoint).
         armed_from: ``start`` (default): the score alarms from the first step; ``checkpoint``: only
             once a rewind checkpoint past the episode start has been reached (Rewind-IL cannot rewind
-            before it; on NutPeg the first chunk comparison alarms on ~20% of episodes whatever
-            their outcome, docs/loop.md). Needs checkpoint tracking. The calibration is unchanged:
+            before it). Task-dependent, hence off by default: on NutPeg the alarms before the first
+            checkpoint hit successes and failures alike, on Stack3 they are the first sign of a
+            failure (docs/loop.md, "What calls RaC's operator in on NutPeg";
+            ``bench/alarm_timing.py``). Needs checkpoint tracking. The calibration is unchanged:
             its threshold is the maximum over every step, so the false-alarm bound still holds.
         progress_alpha: also alarm when a segment between reached rewind checkpoints lasts longer
             than the successful calibration rollouts' segments, at this conformal level (the progress
