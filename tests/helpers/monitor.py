@@ -99,3 +99,20 @@ def run_tiny_monitored(
         **kwargs,
     )
     return [dataclasses.replace(r, monitor_ms=0.0) for r in records], traces
+
+
+def monitored_eval_args(tiny_run: dict[str, Path], calibration: Path, episodes: int) -> list[str]:
+    """``rewind-eval`` overrides for ``tiny_run``'s policy on Lift (:data:`MAX_STEPS` steps, CPU, no
+    progress bar, no W&B) under TIDE with ``calibration``; the rewind settings and ``out_dir`` are the
+    caller's."""
+    return [
+        f"policy_path={tiny_run['train']}",
+        "env=lift",
+        f"env.max_steps={MAX_STEPS}",
+        "device=cpu",
+        "progress=false",
+        "wandb.mode=disabled",
+        f"episodes={episodes}",
+        "monitor=tide",
+        f"monitor.calibration={calibration}",
+    ]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers.monitor import ALWAYS, MAX_STEPS
+from helpers.monitor import ALWAYS, monitored_eval_args
 from helpers.train import run_cli
 
 from rewind.scripts.eval import main as eval_main
@@ -16,19 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "alarm_timing.py"
 
 
 def _eval(tiny_run, cal: Path, out: Path, max_rewinds: int) -> Path:
-    args = [
-        f"policy_path={tiny_run['train']}",
-        "env=lift",
-        f"env.max_steps={MAX_STEPS}",
-        "device=cpu",
-        "progress=false",
-        "wandb.mode=disabled",
-        "episodes=4",
-        "monitor=tide",
-        f"monitor.calibration={cal}",
-        f"rewind.max_rewinds={max_rewinds}",
-        f"out_dir={out}",
-    ]
+    args = [*monitored_eval_args(tiny_run, cal, 4), f"rewind.max_rewinds={max_rewinds}", f"out_dir={out}"]
     assert run_cli(eval_main, args) == 0
     return out
 

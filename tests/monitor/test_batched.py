@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers.monitor import MAX_STEPS, OFTEN, TinyMonitor, run_tiny_monitored
+from helpers.monitor import MAX_STEPS, OFTEN, TinyMonitor, monitored_eval_args, run_tiny_monitored
 from helpers.train import run_cli
 
 from rewind.envs.registry import make_env
@@ -140,17 +140,8 @@ def test_what_reaches_the_store_equals_the_sequential_path(tiny_monitor, tmp_pat
 def test_rewind_eval_with_a_monitor_gives_the_same_records_for_any_batch_size(
     tiny_run, tiny_monitor, tmp_path
 ) -> None:
-    cal = tiny_monitor.calibrations[OFTEN]
     args = [
-        f"policy_path={tiny_run['train']}",
-        "env=lift",
-        f"env.max_steps={MAX_STEPS}",
-        "device=cpu",
-        "progress=false",
-        "wandb.mode=disabled",
-        "episodes=5",
-        "monitor=tide",
-        f"monitor.calibration={cal}",
+        *monitored_eval_args(tiny_run, tiny_monitor.calibrations[OFTEN], 5),
         "rewind=drive",
         "rewind.max_rewinds=1",
     ]

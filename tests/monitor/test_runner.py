@@ -98,9 +98,9 @@ def test_library_similarity_peaks_at_the_labelled_step(parts, tiny_run) -> None:
     assert abs(int(np.argmax(sims)) - label) <= 3 and max(sims) > 0
 
 
-def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
-    """An episode with checkpoint ``a`` reached at step 6 by hand (the library's only one)."""
-    lib = CheckpointLibrary(
+def _one_checkpoint_library(loaded) -> CheckpointLibrary:
+    """A library with one checkpoint, ``a`` (a constant template), for ``loaded``'s weights."""
+    return CheckpointLibrary(
         ["a"],
         np.ones((1, loaded.policy.feature_dim), np.float32),
         np.zeros(loaded.policy.feature_dim, np.float32),
@@ -108,7 +108,11 @@ def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
         loaded.weights_hash,
         [1],
     )
-    tracker = CheckpointTracker(lib)
+
+
+def _one_checkpoint_episode(env, loaded, cfg: RewindConfig):
+    """An episode with checkpoint ``a`` reached at step 6 by hand (the library's only one)."""
+    tracker = CheckpointTracker(_one_checkpoint_library(loaded))
     ep = MonitoredEpisode(env, loaded.policy, None, tracker, cfg)
     ep.reset(1)
     for _ in range(6):
@@ -223,15 +227,8 @@ def test_armed_from_checkpoint_alarms_only_once_a_checkpoint_past_the_start_is_r
     the start is reached; once checkpoint ``a`` is, the next scored step alarms and rewinds to it; a
     rewind to the start disarms the score again."""
     env, loaded = parts
-    lib = CheckpointLibrary(
-        ["a"],
-        np.ones((1, loaded.policy.feature_dim), np.float32),
-        np.zeros(loaded.policy.feature_dim, np.float32),
-        "stage",
-        loaded.weights_hash,
-        [1],
-    )
-    tracker = CheckpointTracker(lib, min_similarity=1.0)  # never reached by itself: set by hand below
+    # never reached by itself (a similarity must exceed 1): set by hand below
+    tracker = CheckpointTracker(_one_checkpoint_library(loaded), min_similarity=1.0)
     monitor = Monitor(
         make_score("tide"), Calibration("tide", 0.5, 1, -1.0, loaded.weights_hash), armed_from="checkpoint"
     )
