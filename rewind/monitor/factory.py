@@ -70,7 +70,6 @@ class TrackingConfig:
     min_similarity: float = 0.7
     patience: int = 3
     progress_alpha: float | None = None
-    armed_from: str = "start"
 
     def __post_init__(self) -> None:
         check_tracking("tracking.", self.min_similarity, self.patience)
@@ -276,9 +275,20 @@ def load_monitor(
                 f"{folder}: checkpoint library made with other policy weights; recalibrate"
             )
         tracker = CheckpointTracker(library, **tracking_settings(cfg))
+    needs_tracker = [
+        key
+        for key, on in (
+            ("monitor.progress_alpha", cfg.progress_alpha is not None),
+            (f"monitor.armed_from={cfg.armed_from}", cfg.armed_from != "start"),
+        )
+        if on
+    ]
+    if needs_tracker and tracker is None:
+        raise ConfigError(
+            f"{needs_tracker[0]} needs checkpoint tracking: monitor.track_checkpoints=true and a checkpoint "
+            f"library in {folder} (recalibrate)"
+        )
     progress = _progress_watchdog(cfg, cal, folder) if cfg.progress_alpha is not None else None
-    if progress is not None and tracker is None:
-        raise ConfigError("monitor.progress_alpha needs checkpoint tracking (monitor.track_checkpoints=true)")
     info = {
         "score": cal.score,
         "alpha": cal.alpha,
@@ -290,10 +300,6 @@ def load_monitor(
     if progress is not None:
         info["progress_limits"] = {k: v if math.isfinite(v) else None for k, v in progress.limits.items()}
     if cfg.armed_from != "start":
-        if tracker is None:
-            raise ConfigError(
-                f"monitor.armed_from={cfg.armed_from} needs a checkpoint library: {folder} has none (recalibrate)"
-            )
         info["armed_from"] = cfg.armed_from
     return Monitor(score, cal, progress, cfg.armed_from), tracker, info
 

@@ -222,3 +222,19 @@ def test_a_monitor_armed_from_the_first_checkpoint_is_armed_alike_batched(tiny_m
 
     assert "start" in alarm_checkpoints(_run(tiny_monitor, 8, "restore")[0])
     assert alarm_checkpoints(bat) and "start" not in alarm_checkpoints(bat)
+
+
+def test_armed_from_checkpoint_refuses_a_calibration_without_a_checkpoint_library(tiny_monitor) -> None:
+    from rewind.config import ConfigError
+    from rewind.monitor.factory import MonitorConfig, load_monitor
+
+    cal = tiny_monitor.calibrations[OFTEN]  # calibration.json only, no checkpoint library
+    cfg = MonitorConfig(score="tide", calibration=str(cal), armed_from="checkpoint")
+    with pytest.raises(ConfigError, match="monitor.armed_from=checkpoint needs checkpoint tracking"):
+        load_monitor(cfg, tiny_monitor.loaded.policy, tiny_monitor.loaded.weights_hash)
+    monitor, tracker, _ = load_monitor(
+        dataclasses.replace(cfg, armed_from="start"),
+        tiny_monitor.loaded.policy,
+        tiny_monitor.loaded.weights_hash,
+    )
+    assert monitor is not None and monitor.armed_from == "start" and tracker is None
