@@ -39,10 +39,14 @@ def run_once(
     return json.loads(summary.read_text())
 
 
-def write_result(out: Path, result: dict[str, Any]) -> None:
-    """Write a driver's result record to ``out`` atomically (JSON, parent folders created) and log where."""
+def write_result(out: Path, result: dict[str, Any], table: str | None = None) -> None:
+    """Write a driver's result record to ``out`` atomically (JSON, parent folders created) and log where;
+    with ``table``, also that Markdown to ``out`` with the suffix ``.md``, logged too."""
     atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     log.info("wrote %s", out)
+    if table is not None:
+        atomic_write_text(out.with_suffix(".md"), table)
+        log.info("wrote %s\n%s", out.with_suffix(".md"), table)
 
 
 def named_paths(items: list[str], form: str, noun: str) -> dict[str, str]:

@@ -27,10 +27,6 @@ from typing import Any
 
 from _commands import named_paths, write_result
 
-from rewind.utils.io import atomic_write_text
-
-log = logging.getLogger("alarm_timing")
-
 
 def _events(record: dict[str, Any]) -> list[dict[str, Any]]:
     ev = record.get("events", [])
@@ -97,10 +93,7 @@ def main() -> None:
         results = {name: run_alarms(path) for name, path in runs.items()}
     except ValueError as e:
         ap.error(str(e))
-    out, table = Path(a.out), _markdown(results)
-    write_result(out, {"args": vars(a), "runs": results})
-    atomic_write_text(out.with_suffix(".md"), table)
-    log.info("\n%s", table)
+    write_result(Path(a.out), {"args": vars(a), "runs": results}, _markdown(results))
 
 
 if __name__ == "__main__":

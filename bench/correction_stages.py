@@ -27,9 +27,6 @@ from _commands import named_paths, write_result
 from rewind.envs.registry import make_env
 from rewind.store import SOURCE_CODES, ReplayStore
 from rewind.store.windows import episode_segments
-from rewind.utils.io import atomic_write_text
-
-log = logging.getLogger("correction_stages")
 
 
 def _runs(steps: np.ndarray) -> list[np.ndarray]:
@@ -109,10 +106,7 @@ def main() -> None:
         ap.error(str(e))
     env = make_env(a.task).unwrapped
     results = {name: store_stages(path, env, a.label) for name, path in stores.items()}
-    out, table = Path(a.out), _markdown(results)
-    write_result(out, {"args": vars(a), "stores": results})
-    atomic_write_text(out.with_suffix(".md"), table)
-    log.info("\n%s", table)
+    write_result(Path(a.out), {"args": vars(a), "stores": results}, _markdown(results))
 
 
 if __name__ == "__main__":
