@@ -65,15 +65,18 @@ class TrackingConfig:
         min_similarity: cosine similarity a checkpoint's peak must exceed to count as reached.
         patience: steps without improvement after which a peak counts as reached.
         progress_alpha: the progress watchdog's level (``null``: off), as ``monitor.progress_alpha``.
+        armed_from: ``start`` or ``checkpoint``: when the score may alarm, as ``monitor.armed_from``.
     """
 
     min_similarity: float = 0.7
     patience: int = 3
     progress_alpha: float | None = None
+    armed_from: str = "start"
 
     def __post_init__(self) -> None:
         check_tracking("tracking.", self.min_similarity, self.patience)
         check_progress_alpha("tracking.", self.progress_alpha)
+        check_choice("tracking.armed_from", self.armed_from, ARMED_FROM)
 
 
 @dataclass

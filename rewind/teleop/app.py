@@ -42,6 +42,7 @@ def load_calibrated_monitor(
         min_similarity=tracking.min_similarity,
         patience=tracking.patience,
         progress_alpha=tracking.progress_alpha,
+        armed_from=tracking.armed_from,
     )
     monitor, tracker, _ = load_monitor(cfg, policy, weights)
     assert monitor is not None

@@ -140,6 +140,31 @@ def test_the_progress_watchdog_calls_the_person_in(tmp_path: Path, tiny_weights:
         TrackingConfig(progress_alpha=0.0)
 
 
+def test_armed_from_checkpoint_holds_the_score_until_a_checkpoint(
+    tmp_path: Path, tiny_weights: Path, alarm_calibration: Path, tiny_monitor
+) -> None:
+    """``tracking.armed_from=checkpoint``: a score that alarms at its first comparison pauses nothing
+    while only the start is reached (the checkpoint cannot be reached: similarity must exceed 1);
+    the same session armed from the start pauses; an unknown name is refused."""
+    import shutil
+
+    cal = tmp_path / "cal"
+    shutil.copytree(alarm_calibration, cal)
+    tiny_monitor.library.save(cal)
+    runs = {}
+    for armed in ("start", "checkpoint"):
+        tracking = TrackingConfig(min_similarity=1.0, armed_from=armed)
+        s = _session(tmp_path / armed, tiny_weights, cal, tracking)
+        for _ in range(30):
+            s.tick()
+        assert [c.name for c in s.episode.tracker.reached] == ["start"]
+        runs[armed] = (s.mode, s.alarms, len(s.state()["scores"]))
+    assert runs["start"][:2] == ("paused", 1)
+    assert runs["checkpoint"][:2] == ("autonomous", 0) and runs["checkpoint"][2] >= 2
+    with pytest.raises(Exception, match=r"tracking.armed_from must be one of \[start, checkpoint\]"):
+        TrackingConfig(armed_from="grasp")
+
+
 def test_auto_pause_off_keeps_the_policy_going(
     tmp_path: Path, tiny_weights: Path, alarm_calibration: Path
 ) -> None:
