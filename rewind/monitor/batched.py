@@ -168,6 +168,7 @@ class BatchedMonitoredRunner:
                 self.monitor.calibration,
                 self.monitor.progress,
                 self.monitor.armed_from,
+                self.monitor.segments,
             )
         ep.tracker = self.tracker.for_episode() if self.tracker is not None else None
         ep.noise = NoiseStream(torch_generator(self.noise_seed(seed), self.device))

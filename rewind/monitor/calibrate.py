@@ -38,6 +38,7 @@ from rewind.monitor.factory import (
 from rewind.monitor.progress import segment_maxima
 from rewind.monitor.rollouts import MonitoredRecord, run_monitored
 from rewind.monitor.scores import FailureScore
+from rewind.monitor.segments import segment_score_maxima
 from rewind.rollout.config import RolloutConfig, require_local
 from rewind.rollout.workers import EnvFactory, open_envs
 from rewind.store import ReplayStore
@@ -192,6 +193,18 @@ class CalibrationRollouts:
                     out.setdefault(name, []).append(m)
         return out
 
+    def segment_scores(self) -> dict[str, list[float]]:
+        """Per checkpoint, the successful rollouts' segment score maxima (:mod:`rewind.monitor.segments`;
+        ``{}`` when the rollouts ran without checkpoint tracking)."""
+        if not self.tracking:
+            return {}
+        out: dict[str, list[float]] = {}
+        for r, trace in zip(self.records, self.traces, strict=True):
+            if r.success:
+                for name, m in segment_score_maxima(r.events, trace, self.tracking["patience"]).items():
+                    out.setdefault(name, []).append(m)
+        return out
+
     @property
     def successful_traces(self) -> list[list[float | None]]:
         """The score traces of the successful rollouts (the ones that calibrate)."""
@@ -213,6 +226,7 @@ class CalibrationRollouts:
             sampler=sampler_tag(self.loaded.policy),
             progress=self.segment_maxima(),
             progress_tracking=self.tracking,
+            segment_scores=self.segment_scores(),
         )
 
 

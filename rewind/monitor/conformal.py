@@ -117,6 +117,9 @@ class Calibration:
             rollouts (:mod:`rewind.monitor.progress`; ``{}``: not recorded, calibrations made before
             2026-12-05 or without a checkpoint library).
         progress_tracking: the checkpoint tracking settings the segments were timed with.
+        segment_scores: per reached rewind checkpoint, the successful rollouts' maximum score in its
+            segment (:mod:`rewind.monitor.segments`, for ``monitor.per_segment``; ``{}``: not
+            recorded, calibrations made before 2026-12-07 or without a checkpoint library).
     """
 
     score: str
@@ -132,6 +135,7 @@ class Calibration:
     scores: list[float] = field(default_factory=list)
     progress: dict[str, list[int]] = field(default_factory=dict)
     progress_tracking: dict[str, Any] = field(default_factory=dict)
+    segment_scores: dict[str, list[float]] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
 
     def threshold_at(self, step: int) -> float:

@@ -190,7 +190,8 @@ class MonitoredEpisode:
         score = self.monitor.score.update(self.policy) if self.monitor is not None else None
         self.log.scores.append(score)
         if score is not None:
-            res.score, res.threshold = score, self.monitor.threshold(res.step)  # type: ignore[union-attr]
+            latest = self.checkpoints[-1].name if self.checkpoints else None
+            res.score, res.threshold = score, self.monitor.threshold(res.step, latest)  # type: ignore[union-attr]
             res.alarm = score > res.threshold and self._armed()
             if res.alarm:
                 res.alarm_reason = "score"
@@ -199,7 +200,7 @@ class MonitoredEpisode:
                     res.step,
                     score=round(score, 6),
                     threshold=round(res.threshold, 6),
-                    checkpoint=self.checkpoints[-1].name if self.checkpoints else None,
+                    checkpoint=latest,
                 )
         if self.tracker is not None and self._features is not None and not res.done:
             feats = self._features.features()

@@ -34,6 +34,7 @@ from rewind.monitor.episode import Monitor
 from rewind.monitor.progress import ProgressWatchdog
 from rewind.monitor.rules import ARMED_FROM
 from rewind.monitor.scores import SCORES, FailureScore, make_score
+from rewind.monitor.segments import SegmentThresholds
 from rewind.policies.base import ActionChunkPolicy
 from rewind.store import Episode
 from rewind.train.policy_api import sampler_tag
@@ -66,12 +67,14 @@ class TrackingConfig:
         patience: steps without improvement after which a peak counts as reached.
         progress_alpha: the progress watchdog's level (``null``: off), as ``monitor.progress_alpha``.
         armed_from: ``start`` or ``checkpoint``: when the score may alarm, as ``monitor.armed_from``.
+        per_segment: one score threshold per rewind-checkpoint segment, as ``monitor.per_segment``.
     """
 
     min_similarity: float = 0.7
     patience: int = 3
     progress_alpha: float | None = None
     armed_from: str = "start"
+    per_segment: bool = False
 
     def __post_init__(self) -> None:
         check_tracking("tracking.", self.min_similarity, self.patience)
@@ -107,6 +110,11 @@ class MonitorConfig:
             failure (docs/loop.md, "What calls RaC's operator in on NutPeg";
             ``bench/alarm_timing.py``). Needs checkpoint tracking. The calibration is unchanged:
             its threshold is the maximum over every step, so the false-alarm bound still holds.
+        per_segment: one score threshold per rewind-checkpoint segment: the conformal quantile, at
+            ``alpha / K`` for ``K`` segments, of the successful calibration rollouts' maximum score
+            while that checkpoint was the latest reached (:mod:`rewind.monitor.segments`); the
+            episode-level bound ``alpha`` still holds. Needs checkpoint tracking with the settings
+            the calibration ran with; not with ``band``.
         progress_alpha: also alarm when a segment between reached rewind checkpoints lasts longer
             than the successful calibration rollouts' segments, at this conformal level (the progress
             watchdog, :mod:`rewind.monitor.progress`; needs a calibration made with checkpoint
@@ -129,6 +137,7 @@ class MonitorConfig:
     track_checkpoints: bool = True
     progress_alpha: float | None = None
     armed_from: str = "start"
+    per_segment: bool = False
 
     def __post_init__(self) -> None:
         valid = ("none", *SCORES)
@@ -156,6 +165,14 @@ class MonitorConfig:
         require(
             self.armed_from == "start" or self.track_checkpoints,
             "monitor.armed_from=checkpoint needs checkpoint tracking (monitor.track_checkpoints=true)",
+        )
+        require(
+            not self.per_segment or self.track_checkpoints,
+            "monitor.per_segment=true needs checkpoint tracking (monitor.track_checkpoints=true)",
+        )
+        require(
+            not (self.per_segment and self.band),
+            "monitor.per_segment=true and monitor.band=true are two different thresholds: choose one",
         )
 
     @property
@@ -283,6 +300,7 @@ def load_monitor(
         for key, on in (
             ("monitor.progress_alpha", cfg.progress_alpha is not None),
             (f"monitor.armed_from={cfg.armed_from}", cfg.armed_from != "start"),
+            ("monitor.per_segment=true", cfg.per_segment),
         )
         if on
     ]
@@ -292,6 +310,7 @@ def load_monitor(
             f"library in {folder} (recalibrate)"
         )
     progress = _progress_watchdog(cfg, cal, folder) if cfg.progress_alpha is not None else None
+    segments = _segment_thresholds(cfg, cal, folder) if cfg.per_segment else None
     info = {
         "score": cal.score,
         "alpha": cal.alpha,
@@ -304,18 +323,40 @@ def load_monitor(
         info["progress_limits"] = {k: v if math.isfinite(v) else None for k, v in progress.limits.items()}
     if cfg.armed_from != "start":
         info["armed_from"] = cfg.armed_from
-    return Monitor(score, cal, progress, cfg.armed_from), tracker, info
+    if segments is not None:
+        info["segment_thresholds"] = segments.thresholds
+    return Monitor(score, cal, progress, cfg.armed_from, segments), tracker, info
+
+
+def _check_segment_tracking(cfg: MonitorConfig, cal: Calibration, folder: Path, recorded: bool) -> None:
+    """Segments (timings or scores) ``recorded`` in ``cal`` must have been cut with ``cfg``'s
+    checkpoint tracking settings."""
+    want = tracking_settings(cfg)
+    if recorded and cal.progress_tracking != want:
+        raise CalibrationError(
+            f"{folder}: segments timed with checkpoint tracking {cal.progress_tracking}, but the monitor "
+            f"tracks with {want}: use the same settings or recalibrate"
+        )
+
+
+def _segment_thresholds(cfg: MonitorConfig, cal: Calibration, folder: Path) -> SegmentThresholds:
+    """The per-segment score thresholds (``monitor.per_segment``) from the calibration's segment maxima."""
+    _check_segment_tracking(cfg, cal, folder, bool(cal.segment_scores))
+    segments = SegmentThresholds.fit(cal.segment_scores, cal.alpha, cal.threshold)
+    log.info(
+        "per-segment thresholds (alpha=%s, each segment at %.4f): %s; constant threshold %.4g elsewhere",
+        cal.alpha,
+        segments.level,
+        {k: round(v, 4) for k, v in segments.thresholds.items()},
+        cal.threshold,
+    )
+    return segments
 
 
 def _progress_watchdog(cfg: MonitorConfig, cal: Calibration, folder: Path) -> ProgressWatchdog:
     """The progress watchdog at ``cfg.progress_alpha`` from the calibration's segment timings, which
     must have been timed with the same checkpoint tracking settings."""
-    want = tracking_settings(cfg)
-    if cal.progress and cal.progress_tracking != want:
-        raise CalibrationError(
-            f"{folder}: segments timed with checkpoint tracking {cal.progress_tracking}, but the monitor "
-            f"tracks with {want}: use the same settings or recalibrate"
-        )
+    _check_segment_tracking(cfg, cal, folder, bool(cal.progress))
     watchdog = ProgressWatchdog.fit(cal.progress, float(cfg.progress_alpha))  # type: ignore[arg-type]
     log.info("progress watchdog (alpha=%s): segment limits %s", watchdog.alpha, watchdog.limits)
     unlimited = [k for k, v in watchdog.limits.items() if not math.isfinite(v)]

@@ -15,6 +15,7 @@ from rewind.config import check_choice, check_range, require
 from rewind.monitor.conformal import Calibration
 from rewind.monitor.progress import ProgressWatchdog
 from rewind.monitor.scores import FailureScore
+from rewind.monitor.segments import SegmentThresholds
 
 REWIND_MODES = ("restore", "drive")
 #: ``monitor.armed_from``: the score alarms from the episode ``start``, or only once a rewind
@@ -71,7 +72,8 @@ class Monitor:
     """A failure score with its calibrated threshold: ``alarm`` when the score exceeds it; with a
     ``progress`` watchdog also when a segment between rewind checkpoints overruns its time limit.
     ``armed_from="checkpoint"``: the score's alarms count only while a rewind checkpoint past the
-    episode start is reached (the watchdog is not affected)."""
+    episode start is reached (the watchdog is not affected). With ``segments``, the score's threshold
+    is that of the latest reached rewind checkpoint (:mod:`rewind.monitor.segments`)."""
 
     def __init__(
         self,
@@ -79,16 +81,22 @@ class Monitor:
         calibration: Calibration | None,
         progress: ProgressWatchdog | None = None,
         armed_from: str = "start",
+        segments: SegmentThresholds | None = None,
     ) -> None:
         if calibration is not None and calibration.score != score.name:
             raise ValueError(f"calibration is for score '{calibration.score}', not '{score.name}'")
         check_choice("monitor.armed_from", armed_from, ARMED_FROM)
         self.score, self.calibration, self.progress = score, calibration, progress
-        self.armed_from = armed_from
+        self.armed_from, self.segments = armed_from, segments
 
-    def threshold(self, step: int) -> float:
-        """Threshold at control step ``step`` (``inf`` when uncalibrated: the score is only recorded)."""
-        return math.inf if self.calibration is None else self.calibration.threshold_at(step)
+    def threshold(self, step: int, checkpoint: str | None = None) -> float:
+        """Threshold at control step ``step`` with ``checkpoint`` the latest reached one (``inf`` when
+        uncalibrated: the score is only recorded)."""
+        if self.calibration is None:
+            return math.inf
+        if self.segments is not None:
+            return self.segments.threshold(checkpoint)
+        return self.calibration.threshold_at(step)
 
 
 def rewindable(env: gym.Env) -> Any:

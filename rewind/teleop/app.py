@@ -43,6 +43,7 @@ def load_calibrated_monitor(
         patience=tracking.patience,
         progress_alpha=tracking.progress_alpha,
         armed_from=tracking.armed_from,
+        per_segment=tracking.per_segment,
     )
     monitor, tracker, _ = load_monitor(cfg, policy, weights)
     assert monitor is not None

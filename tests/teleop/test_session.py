@@ -163,6 +163,9 @@ def test_armed_from_checkpoint_holds_the_score_until_a_checkpoint(
     assert runs["checkpoint"][:2] == ("autonomous", 0) and runs["checkpoint"][2] >= 2
     with pytest.raises(Exception, match=r"tracking.armed_from must be one of \[start, checkpoint\]"):
         TrackingConfig(armed_from="grasp")
+    # tracking.per_segment reaches the monitor: this calibration has no per-segment scores
+    with pytest.raises(Exception, match="no per-segment scores"):
+        _session(tmp_path / "segments", tiny_weights, cal, TrackingConfig(per_segment=True))
 
 
 def test_auto_pause_off_keeps_the_policy_going(
