@@ -11,9 +11,11 @@ calls RaC's operator in on NutPeg").
         monitor.alpha=0.2 episodes=100 seed=20000 max_demos=30 ddim_eta=1.0 out_dir=runs/s38/cal_const
     rewind-eval policy_path=$P env=nut_peg monitor=tide monitor.calibration=runs/s38/cal_const \
         rewind.max_rewinds=0 episodes=120 seed=30000 ddim_eta=1.0 out_dir=runs/s38/eval_alarm_const
-    (the same with monitor.armed_from=checkpoint, out_dir=runs/s38/eval_alarm_const_armed)
+    (the same with monitor.armed_from=checkpoint, out_dir=runs/s38/eval_alarm_const_armed; with
+    monitor.band=true: runs/s38/eval_alarm_band; with monitor.per_segment=true: runs/s39/seg_alarm.sh)
     .venv/bin/python bench/alarm_timing.py start=runs/s38/eval_alarm_const \
-        checkpoint=runs/s38/eval_alarm_const_armed --out bench/results/alarm_timing_nut_peg.json
+        checkpoint=runs/s38/eval_alarm_const_armed band=runs/s38/eval_alarm_band \
+        segment=runs/s39/eval_alarm_segment --out bench/results/alarm_timing_nut_peg.json
 """
 
 from __future__ import annotations
