@@ -116,3 +116,23 @@ def monitored_eval_args(tiny_run: dict[str, Path], calibration: Path, episodes: 
         "monitor=tide",
         f"monitor.calibration={calibration}",
     ]
+
+
+def tiny_calibration_rollouts(tiny_run: dict[str, Path], out_dir: Path, **monitor: Any) -> Any:
+    """:func:`~rewind.monitor.calibrate.run_calibration_rollouts` of ``tiny_run``'s policy on Lift (3
+    episodes of 20 steps, CPU, no progress bar) with TIDE and the ``monitor.*`` settings ``monitor``;
+    the library and calibration files go to ``out_dir``."""
+    from rewind.config import to_dataclass
+    from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
+
+    node = {
+        "out_dir": str(out_dir),
+        "policy_path": str(tiny_run["train"]),
+        "data_path": str(tiny_run["store"]),
+        "env": {"name": "lift", "max_steps": 20},
+        "episodes": 3,
+        "device": "cpu",
+        "progress": False,
+        "monitor": {"score": "tide", **monitor},
+    }
+    return run_calibration_rollouts(to_dataclass(node, CalibrateConfig))

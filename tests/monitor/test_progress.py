@@ -7,9 +7,9 @@ import dataclasses
 import math
 
 import pytest
-from helpers.monitor import MAX_STEPS, TinyMonitor
+from helpers.monitor import MAX_STEPS, TinyMonitor, tiny_calibration_rollouts
 
-from rewind.config import ConfigError, to_dataclass
+from rewind.config import ConfigError
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, RewindConfig, make_score
 from rewind.monitor.checkpoints import CheckpointTracker
@@ -117,21 +117,9 @@ def test_the_watchdog_gives_the_same_records_batched(tiny_monitor, mode) -> None
 
 
 def test_calibration_times_segments_without_changing_the_score(tiny_run, tmp_path) -> None:
-    from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
-
-    node = {
-        "out_dir": str(tmp_path / "cal"),
-        "policy_path": str(tiny_run["train"]),
-        "data_path": str(tiny_run["store"]),
-        "env": {"name": "lift", "max_steps": 20},
-        "episodes": 3,
-        "device": "cpu",
-        "progress": False,
-        "monitor": {"score": "tide", "min_similarity": 0.0, "patience": PATIENCE},
-    }
-    tracked = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
-    untracked = run_calibration_rollouts(
-        to_dataclass({**node, "monitor": {**node["monitor"], "track_checkpoints": False}}, CalibrateConfig)
+    tracked = tiny_calibration_rollouts(tiny_run, tmp_path / "cal", min_similarity=0.0, patience=PATIENCE)
+    untracked = tiny_calibration_rollouts(
+        tiny_run, tmp_path / "cal", min_similarity=0.0, patience=PATIENCE, track_checkpoints=False
     )
     assert tracked.traces == untracked.traces  # tracking reads the rollouts, never changes them
     assert any(e["kind"] == "checkpoint" for r in tracked.records for e in r.events)

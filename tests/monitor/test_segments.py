@@ -8,9 +8,9 @@ import dataclasses
 import math
 
 import pytest
-from helpers.monitor import MAX_STEPS, TinyMonitor
+from helpers.monitor import MAX_STEPS, TinyMonitor, tiny_calibration_rollouts
 
-from rewind.config import ConfigError, to_dataclass
+from rewind.config import ConfigError
 from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, RewindConfig, make_score
 from rewind.monitor.checkpoints import CheckpointTracker
@@ -99,19 +99,7 @@ def test_the_latest_checkpoint_picks_the_threshold_alike_batched(tiny_monitor) -
 
 
 def test_calibration_records_segment_scores(tiny_run, tmp_path) -> None:
-    from rewind.monitor.calibrate import CalibrateConfig, run_calibration_rollouts
-
-    node = {
-        "out_dir": str(tmp_path / "cal"),
-        "policy_path": str(tiny_run["train"]),
-        "data_path": str(tiny_run["store"]),
-        "env": {"name": "lift", "max_steps": 20},
-        "episodes": 3,
-        "device": "cpu",
-        "progress": False,
-        "monitor": {"score": "tide", **TRACKING},
-    }
-    run = run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
+    run = tiny_calibration_rollouts(tiny_run, tmp_path / "cal", **TRACKING)
     assert run.segment_scores() == {}  # the tiny policy never succeeds: nothing calibrates
     run.records = [dataclasses.replace(r, success=True) for r in run.records]
     want: dict[str, list[float]] = {}
