@@ -114,7 +114,7 @@ class MonitorConfig:
             ``alpha / K`` for ``K`` segments, of the successful calibration rollouts' maximum score
             while that checkpoint was the latest reached (:mod:`rewind.monitor.segments`); the
             episode-level bound ``alpha`` still holds. Needs checkpoint tracking with the settings
-            the calibration ran with; not with ``band``.
+            the calibration ran with, and a calibration without ``band``.
         progress_alpha: also alarm when a segment between reached rewind checkpoints lasts longer
             than the successful calibration rollouts' segments, at this conformal level (the progress
             watchdog, :mod:`rewind.monitor.progress`; needs a calibration made with checkpoint
@@ -169,10 +169,6 @@ class MonitorConfig:
         require(
             not self.per_segment or self.track_checkpoints,
             "monitor.per_segment=true needs checkpoint tracking (monitor.track_checkpoints=true)",
-        )
-        require(
-            not (self.per_segment and self.band),
-            "monitor.per_segment=true and monitor.band=true are two different thresholds: choose one",
         )
 
     @property
@@ -334,7 +330,7 @@ def _check_segment_tracking(cfg: MonitorConfig, cal: Calibration, folder: Path, 
     want = tracking_settings(cfg)
     if recorded and cal.progress_tracking != want:
         raise CalibrationError(
-            f"{folder}: segments timed with checkpoint tracking {cal.progress_tracking}, but the monitor "
+            f"{folder}: segments cut with checkpoint tracking {cal.progress_tracking}, but the monitor "
             f"tracks with {want}: use the same settings or recalibrate"
         )
 
@@ -342,6 +338,11 @@ def _check_segment_tracking(cfg: MonitorConfig, cal: Calibration, folder: Path, 
 def _segment_thresholds(cfg: MonitorConfig, cal: Calibration, folder: Path) -> SegmentThresholds:
     """The per-segment score thresholds (``monitor.per_segment``) from the calibration's segment maxima."""
     _check_segment_tracking(cfg, cal, folder, bool(cal.segment_scores))
+    if cal.band is not None:
+        raise CalibrationError(
+            f"{folder}: calibrated with a time-varying band; monitor.per_segment=true replaces a constant "
+            "threshold: recalibrate without monitor.band, or leave monitor.per_segment off"
+        )
     segments = SegmentThresholds.fit(cal.segment_scores, cal.alpha, cal.threshold)
     log.info(
         "per-segment thresholds (alpha=%s, each segment at %.4f): %s; constant threshold %.4g elsewhere",

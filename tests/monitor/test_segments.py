@@ -143,7 +143,13 @@ def test_load_monitor_builds_segment_thresholds_and_names_what_is_wrong(tiny_mon
         load_monitor(dataclasses.replace(cfg, calibration=str(old)), policy, w)
     with pytest.raises(ConfigError, match="monitor.per_segment=true needs checkpoint tracking"):
         load_monitor(dataclasses.replace(cfg, calibration=str(tiny_monitor.calibrations[1e-12])), policy, w)
-    with pytest.raises(ConfigError, match="choose one"):
-        MonitorConfig(score="tide", per_segment=True, band=True)
+    banded = tmp_path / "banded"
+    banded.mkdir()
+    Calibration(
+        "tide", 0.9, 4, 0.7, w, band=[0.5, 0.7], segment_scores=scores, progress_tracking=TRACKING
+    ).save(banded)
+    tiny_monitor.library.save(banded)
+    with pytest.raises(CalibrationError, match="time-varying band"):
+        load_monitor(dataclasses.replace(cfg, calibration=str(banded)), policy, w)
     with pytest.raises(ConfigError, match="needs checkpoint tracking"):
         MonitorConfig(score="tide", per_segment=True, track_checkpoints=False)
