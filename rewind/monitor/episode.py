@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -111,10 +111,14 @@ class MonitoredEpisode:
 
     @property
     def checkpoints(self) -> list[ReachedCheckpoint]:
-        """Reached rewind checkpoints, oldest first (the episode start first)."""
+        """Reached rewind checkpoints, oldest first (the episode start first); a copy."""
+        return list(self._reached())
+
+    def _reached(self) -> Sequence[ReachedCheckpoint]:
+        """The reached rewind checkpoints without a copy, for the per-step reads (not to be changed)."""
         if self.tracker is not None:
-            return list(self.tracker.reached)
-        return [self._start] if self._start is not None else []
+            return self.tracker.reached
+        return (self._start,) if self._start is not None else ()
 
     def _reset_features(self) -> None:
         if self._features is not None:
@@ -190,7 +194,8 @@ class MonitoredEpisode:
         score = self.monitor.score.update(self.policy) if self.monitor is not None else None
         self.log.scores.append(score)
         if score is not None:
-            latest = self.checkpoints[-1].name if self.checkpoints else None
+            reached = self._reached()
+            latest = reached[-1].name if reached else None
             res.score, res.threshold = score, self.monitor.threshold(res.step, latest)  # type: ignore[union-attr]
             res.alarm = score > res.threshold and self._armed()
             if res.alarm:
@@ -219,7 +224,7 @@ class MonitoredEpisode:
     def _armed(self) -> bool:
         """The score may alarm now: always, or (``monitor.armed_from=checkpoint``) once a rewind
         checkpoint past the episode start is reached (a rewind to the start disarms it again)."""
-        return self.monitor.armed_from == "start" or len(self.checkpoints) > 1  # type: ignore[union-attr]
+        return self.monitor.armed_from == "start" or len(self._reached()) > 1  # type: ignore[union-attr]
 
     def _watch_progress(self, res: StepResult, watchdog: ProgressWatchdog) -> None:
         """The progress watchdog's alarm (:mod:`rewind.monitor.progress`) when the score raised none."""
