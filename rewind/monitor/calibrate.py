@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,29 +181,30 @@ class CalibrationRollouts:
     traces: list[list[float | None]]
     tracking: dict[str, Any] = field(default_factory=dict)
 
+    def _per_checkpoint(
+        self, per_rollout: Callable[[MonitoredRecord, list[float | None]], dict[str, Any]]
+    ) -> dict:
+        """Per checkpoint, ``per_rollout(record, trace)``'s values over the successful rollouts (``{}``
+        when the rollouts ran without checkpoint tracking)."""
+        out: dict[str, list[Any]] = {}
+        if self.tracking:
+            for r, trace in zip(self.records, self.traces, strict=True):
+                if r.success:
+                    for name, value in per_rollout(r, trace).items():
+                        out.setdefault(name, []).append(value)
+        return out
+
     def segment_maxima(self) -> dict[str, list[int]]:
         """Per checkpoint, the successful rollouts' segment maxima (:mod:`rewind.monitor.progress`;
         ``{}`` when the rollouts ran without checkpoint tracking)."""
-        if not self.tracking:
-            return {}
-        out: dict[str, list[int]] = {}
-        for r in self.records:
-            if r.success:
-                for name, m in segment_maxima(r.events, r.length, self.tracking["patience"]).items():
-                    out.setdefault(name, []).append(m)
-        return out
+        patience = self.tracking.get("patience", 0)
+        return self._per_checkpoint(lambda r, _: segment_maxima(r.events, r.length, patience))
 
     def segment_scores(self) -> dict[str, list[float]]:
         """Per checkpoint, the successful rollouts' segment score maxima (:mod:`rewind.monitor.segments`;
         ``{}`` when the rollouts ran without checkpoint tracking)."""
-        if not self.tracking:
-            return {}
-        out: dict[str, list[float]] = {}
-        for r, trace in zip(self.records, self.traces, strict=True):
-            if r.success:
-                for name, m in segment_score_maxima(r.events, trace, self.tracking["patience"]).items():
-                    out.setdefault(name, []).append(m)
-        return out
+        patience = self.tracking.get("patience", 0)
+        return self._per_checkpoint(lambda r, trace: segment_score_maxima(r.events, trace, patience))
 
     @property
     def successful_traces(self) -> list[list[float | None]]:

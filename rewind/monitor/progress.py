@@ -30,6 +30,18 @@ from rewind.monitor.conformal import CalibrationError, conformal_quantile, min_c
 START = "start"
 
 
+def checkpoint_peaks(events: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
+    """``(START, 0)``, then each reached checkpoint's ``(name, peak step)`` from a rollout's event log:
+    where its segments begin, for the progress watchdog and the per-segment score thresholds.
+
+    Raises:
+        ValueError: the log has a rewind (segments are calibrated on rollouts without rewinds).
+    """
+    if any(e["kind"] == "rewind" for e in events):
+        raise ValueError("segment calibration needs rollouts without rewinds")
+    return [(START, 0)] + [(e["checkpoint"], int(e["step"])) for e in events if e["kind"] == "checkpoint"]
+
+
 def segment_maxima(events: Sequence[dict[str, Any]], length: int, patience: int) -> dict[str, int]:
     """Per reached checkpoint of one rollout without rewinds, the most steps the watchdog would have
     counted in its segment (see the module docstring).
@@ -42,9 +54,7 @@ def segment_maxima(events: Sequence[dict[str, Any]], length: int, patience: int)
     Raises:
         ValueError: the log has a rewind (segments are calibrated on rollouts without rewinds).
     """
-    if any(e["kind"] == "rewind" for e in events):
-        raise ValueError("progress calibration needs rollouts without rewinds")
-    peaks = [(START, 0)] + [(e["checkpoint"], int(e["step"])) for e in events if e["kind"] == "checkpoint"]
+    peaks = checkpoint_peaks(events)
     out: dict[str, int] = {}
     for (name, peak), nxt in zip(peaks, [*peaks[1:], None], strict=True):
         # the last state checked in the segment: one before the next is reached, or the last non-final

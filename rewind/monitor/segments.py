@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewind.monitor.conformal import CalibrationError, conformal_quantile, min_calibration_size
-from rewind.monitor.progress import START
+from rewind.monitor.progress import START, checkpoint_peaks
 
 
 def segment_score_maxima(
@@ -46,11 +46,8 @@ def segment_score_maxima(
     Raises:
         ValueError: the log has a rewind (segments are calibrated on rollouts without rewinds).
     """
-    if any(e["kind"] == "rewind" for e in events):
-        raise ValueError("per-segment calibration needs rollouts without rewinds")
-    starts = [(START, 0)] + [
-        (e["checkpoint"], int(e["step"]) + patience) for e in events if e["kind"] == "checkpoint"
-    ]
+    # the start counts from step 0, a checkpoint from patience steps after its peak (when it is reached)
+    starts = [(START, 0)] + [(name, peak + patience) for name, peak in checkpoint_peaks(events)[1:]]
     out: dict[str, float] = {}
     for (name, first), nxt in zip(starts, [*starts[1:], None], strict=True):
         end = nxt[1] if nxt is not None else len(trace)
