@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,8 @@ def load_calibrated_monitor(
 ) -> tuple[Monitor, CheckpointTracker | None]:
     """The monitor (the score named by the calibration, with its saved settings) and the checkpoint
     tracker of a calibration folder, checked against the policy and its weights hash ``weights``."""
-    cfg = MonitorConfig(
-        score=Calibration.load(folder).score,
-        calibration=str(folder),
-        min_similarity=tracking.min_similarity,
-        patience=tracking.patience,
-        progress_alpha=tracking.progress_alpha,
-        armed_from=tracking.armed_from,
-        per_segment=tracking.per_segment,
-    )
+    # every tracking field is the monitor field of the same name
+    cfg = MonitorConfig(score=Calibration.load(folder).score, calibration=str(folder), **asdict(tracking))
     monitor, tracker, _ = load_monitor(cfg, policy, weights)
     assert monitor is not None
     return monitor, tracker
