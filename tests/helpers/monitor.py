@@ -136,3 +136,24 @@ def tiny_calibration_rollouts(tiny_run: dict[str, Path], out_dir: Path, **monito
         "monitor": {"score": "tide", **monitor},
     }
     return run_calibration_rollouts(to_dataclass(node, CalibrateConfig))
+
+
+def run_tracked(
+    tiny: TinyMonitor,
+    monitor: Monitor,
+    seeds: Sequence[int],
+    rewind: RewindConfig,
+    patience: int,
+    batch: int = 1,
+) -> tuple[list, list]:
+    """``monitor`` over Lift episodes ``seeds`` (:data:`MAX_STEPS` steps, noise seed 7, ``batch`` envs)
+    with checkpoint tracking of ``tiny``'s library that matches easily (``min_similarity=0``) after
+    ``patience``; returns the records (``monitor_ms`` zeroed: a timing) and the score traces."""
+    envs = [make_env("lift", max_steps=MAX_STEPS) for _ in range(batch)]
+    try:
+        tracker = CheckpointTracker(tiny.library, min_similarity=0.0, patience=patience)
+        records, traces = run_monitored(envs, tiny.loaded, monitor, tracker, rewind, seeds, 7, progress=False)
+    finally:
+        for env in envs:
+            env.close()
+    return [dataclasses.replace(r, monitor_ms=0.0) for r in records], traces

@@ -7,16 +7,13 @@ import dataclasses
 import math
 
 import pytest
-from helpers.monitor import MAX_STEPS, TinyMonitor, tiny_calibration_rollouts
+from helpers.monitor import TinyMonitor, run_tracked, tiny_calibration_rollouts
 
 from rewind.config import ConfigError
-from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, RewindConfig, make_score
-from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.conformal import CalibrationError, conformal_quantile
 from rewind.monitor.factory import MonitorConfig, load_monitor
 from rewind.monitor.progress import ProgressWatchdog, progress_thresholds, segment_maxima
-from rewind.monitor.rollouts import run_monitored
 
 NEVER = 1e9  # a TIDE threshold no score reaches: only the watchdog alarms
 PATIENCE = 2
@@ -28,23 +25,7 @@ def _run(tiny: TinyMonitor, seeds, limits=None, rewind=None, batch: int = 1) -> 
     monitor = Monitor(
         make_score("tide"), Calibration("tide", 0.5, 1, NEVER, tiny.loaded.weights_hash), progress
     )
-    tracker = CheckpointTracker(tiny.library, min_similarity=0.0, patience=PATIENCE)
-    envs = [make_env("lift", max_steps=MAX_STEPS) for _ in range(batch)]
-    try:
-        records, _ = run_monitored(
-            envs,
-            tiny.loaded,
-            monitor,
-            tracker,
-            rewind or RewindConfig(max_rewinds=0),
-            seeds,
-            7,
-            progress=False,
-        )
-    finally:
-        for env in envs:
-            env.close()
-    return [dataclasses.replace(r, monitor_ms=0.0) for r in records]
+    return run_tracked(tiny, monitor, seeds, rewind or RewindConfig(max_rewinds=0), PATIENCE, batch)[0]
 
 
 def _progress_alarms(record) -> list[dict]:

@@ -8,15 +8,12 @@ import dataclasses
 import math
 
 import pytest
-from helpers.monitor import MAX_STEPS, TinyMonitor, tiny_calibration_rollouts
+from helpers.monitor import TinyMonitor, run_tracked, tiny_calibration_rollouts
 
 from rewind.config import ConfigError
-from rewind.envs.registry import make_env
 from rewind.monitor import Calibration, Monitor, RewindConfig, make_score
-from rewind.monitor.checkpoints import CheckpointTracker
 from rewind.monitor.conformal import CalibrationError, conformal_quantile
 from rewind.monitor.factory import MonitorConfig, load_monitor
-from rewind.monitor.rollouts import run_monitored
 from rewind.monitor.segments import SegmentThresholds, segment_score_maxima
 
 PATIENCE = 2
@@ -30,16 +27,7 @@ def _run(tiny: TinyMonitor, threshold: float, segments=None, batch: int = 1, rew
         Calibration("tide", 0.5, 1, threshold, tiny.loaded.weights_hash),
         segments=segments,
     )
-    tracker = CheckpointTracker(tiny.library, min_similarity=0.0, patience=PATIENCE)
-    envs = [make_env("lift", max_steps=MAX_STEPS) for _ in range(batch)]
-    try:
-        records, traces = run_monitored(
-            envs, tiny.loaded, monitor, tracker, RewindConfig(max_rewinds=rewinds), SEEDS, 7, progress=False
-        )
-    finally:
-        for env in envs:
-            env.close()
-    return [dataclasses.replace(r, monitor_ms=0.0) for r in records], traces
+    return run_tracked(tiny, monitor, SEEDS, RewindConfig(max_rewinds=rewinds), PATIENCE, batch)
 
 
 def _alarms(record) -> list[dict]:
