@@ -114,6 +114,16 @@ class MonitoredEpisode:
         """Reached rewind checkpoints, oldest first (the episode start first); a copy."""
         return list(self._reached())
 
+    def _latest_name(self) -> str | None:
+        """The latest reached rewind checkpoint's name (``None`` before the episode starts)."""
+        reached = self._reached()
+        return reached[-1].name if reached else None
+
+    def score_threshold(self, step: int) -> float:
+        """The score's alarm threshold at ``step`` under the latest reached rewind checkpoint (what
+        the monitor compares with; ``inf`` without a calibrated monitor)."""
+        return math.inf if self.monitor is None else self.monitor.threshold(step, self._latest_name())
+
     def _reached(self) -> Sequence[ReachedCheckpoint]:
         """The reached rewind checkpoints without a copy, for the per-step reads (not to be changed)."""
         if self.tracker is not None:
@@ -194,9 +204,7 @@ class MonitoredEpisode:
         score = self.monitor.score.update(self.policy) if self.monitor is not None else None
         self.log.scores.append(score)
         if score is not None:
-            reached = self._reached()
-            latest = reached[-1].name if reached else None
-            res.score, res.threshold = score, self.monitor.threshold(res.step, latest)  # type: ignore[union-attr]
+            res.score, res.threshold = score, self.score_threshold(res.step)
             res.alarm = score > res.threshold and self._armed()
             if res.alarm:
                 res.alarm_reason = "score"
@@ -205,7 +213,7 @@ class MonitoredEpisode:
                     res.step,
                     score=round(score, 6),
                     threshold=round(res.threshold, 6),
-                    checkpoint=latest,
+                    checkpoint=self._latest_name(),
                 )
         if self.tracker is not None and self._features is not None and not res.done:
             feats = self._features.features()

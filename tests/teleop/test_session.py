@@ -168,6 +168,34 @@ def test_armed_from_checkpoint_holds_the_score_until_a_checkpoint(
         _session(tmp_path / "segments", tiny_weights, cal, TrackingConfig(per_segment=True))
 
 
+def test_the_page_shows_the_threshold_of_the_latest_checkpoint(
+    tmp_path: Path, tiny_weights: Path, tiny_monitor
+) -> None:
+    """``tracking.per_segment=true``: the page's threshold is that of the latest reached rewind
+    checkpoint's segment, the one the monitor compares with, not the start's."""
+    from rewind.monitor import Calibration
+    from rewind.policies.io import weights_hash
+
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    tracking = {"min_similarity": 0.0, "patience": 2, "match": "nearest"}
+    names = ["start", *tiny_monitor.library.names]
+    scores = {n: [1e8 + i] * 4 for i, n in enumerate(names)}  # never exceeded; one value per segment
+    Calibration(
+        "tide", 0.9, 4, 1e9, weights_hash(tiny_weights), segment_scores=scores, progress_tracking=tracking
+    ).save(cal)
+    tiny_monitor.library.save(cal)
+    s = _session(
+        tmp_path, tiny_weights, cal, TrackingConfig(min_similarity=0.0, patience=2, per_segment=True)
+    )
+    assert s.state()["threshold"] == scores["start"][0]
+    for _ in range(40):
+        s.tick()
+    latest = s.state()["checkpoints"][-1]["name"]
+    assert latest != "start", "no checkpoint reached: the test would not test the segment"
+    assert s.state()["threshold"] == scores[latest][0]
+
+
 def test_auto_pause_off_keeps_the_policy_going(
     tmp_path: Path, tiny_weights: Path, alarm_calibration: Path
 ) -> None:
