@@ -291,7 +291,9 @@ class TeleopSession(SessionCommands):
                 "recorded": len(self.recording),
                 "source_counts": self.recording.source_counts(),
             },
-            "threshold": None if mon is None or mon.calibration is None else ep.score_threshold(ep.step_count),
+            "threshold": None
+            if mon is None or mon.calibration is None
+            else ep.score_threshold(ep.step_count),
             "scores": [list(s) for s in self.scores],
             "alarms": self.alarms,
             "last_alarm": self.last_alarm,
