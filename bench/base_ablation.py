@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from _base_variants import VARIANTS  # bench/ is on sys.path when a script there runs
-from _commands import rewind_bin, run_once
-
-from rewind.utils.io import atomic_write_text
+from _commands import rewind_bin, run_once, write_result
 
 
 def collect(a: argparse.Namespace) -> Path:
@@ -145,14 +143,6 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     store = collect(a)
     rows = [run_variant(name, store, a) for name in a.variants]
-    out = Path(a.out)
-    atomic_write_text(
-        out,
-        json.dumps(
-            {"task": a.task, "demos": a.demos, "steps": a.steps, "train_seed": a.train_seed, "rows": rows},
-            indent=2,
-        ),
-    )
     lines = [
         f"| variant | what changes | success ({a.episodes} episodes, seeds {a.eval_seed}..) | 95% Wilson "
         "| train wall time |",
@@ -164,7 +154,11 @@ def main() -> None:
         lines.append(
             f"| {r['variant']} | {r['changes']} | {r['success']:.0%} | [{lo:.2f}, {hi:.2f}] | {wall} |"
         )
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_result(
+        Path(a.out),
+        {"task": a.task, "demos": a.demos, "steps": a.steps, "train_seed": a.train_seed, "rows": rows},
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

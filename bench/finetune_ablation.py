@@ -25,7 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
+from _commands import rewind_bin, run_once, write_result  # noqa: E402  (bench/ is on sys.path)
 from _finetune_variants import ROOT, VARIANTS  # noqa: E402
 
 from rewind.utils.io import atomic_write_text
@@ -310,20 +310,6 @@ def main() -> None:
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     rows = [run_variant(name, a, seed) for seed in a.seeds for name in a.variants]
-    out = Path(a.out)
-    atomic_write_text(
-        out,
-        json.dumps(
-            {
-                "env": a.env,
-                "round_store": a.round_store,
-                "base_weights": a.base_weights,
-                "eval_seed": a.eval_seed,
-                "rows": rows,
-            },
-            indent=2,
-        ),
-    )
     lines = [
         "| variant | seed | what changes | success (100 episodes) | 95% Wilson |",
         "|---|---|---|---|---|",
@@ -333,7 +319,17 @@ def main() -> None:
         f"| [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] |"
         for r in rows
     ]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_result(
+        Path(a.out),
+        {
+            "env": a.env,
+            "round_store": a.round_store,
+            "base_weights": a.base_weights,
+            "eval_seed": a.eval_seed,
+            "rows": rows,
+        },
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

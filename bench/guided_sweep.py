@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _commands import write_result  # bench/ is on sys.path when a script there runs
+
 from rewind.config import ConfigError
 from rewind.envs.config import EnvConfig
 from rewind.loop.guided import DYNAMICS_DATA, LATENTS, SAMPLERS, GuidedConfig
@@ -40,7 +42,7 @@ from rewind.loop.guided_sweep import (
     prep_key,
     sweep_grid,
 )
-from rewind.utils.io import atomic_save_figure, atomic_write_text
+from rewind.utils.io import atomic_save_figure
 from rewind.utils.stats import wilson_interval
 
 log = logging.getLogger("guided_sweep")
@@ -252,10 +254,8 @@ def main(argv: list[str] | None = None) -> None:
             "ddim_eta": a.ddim_eta,
             "rows": rows,
         }
-        atomic_write_text(out, json.dumps(result, indent=1) + "\n")
-        atomic_write_text(out.with_suffix(".md"), table(rows))
+        write_result(out, result, table(rows))
         plot(rows, a.task, out.with_suffix(".png"))
-    log.info("wrote %s\n%s", out, table(rows))
 
 
 if __name__ == "__main__":

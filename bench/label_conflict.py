@@ -16,21 +16,19 @@ env's predicates on its stored physics state) and writes the per-stage table of 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from _commands import write_result  # bench/ is on sys.path when a script there runs
 
 from rewind.envs.registry import make_env
 from rewind.loop.label_conflict import demo_threshold, disagreement, step_table
 from rewind.store import SOURCE_CODES
 from rewind.train.policy_api import load_policy
-from rewind.utils.io import atomic_write_text
 
-log = logging.getLogger("label_conflict")
 LABELS = ("correction", "recovery")
 
 
@@ -102,8 +100,6 @@ def main() -> None:
         "conflicting": float((gap > tau).mean()),
         "rows": rows,
     }
-    out = Path(a.out)
-    atomic_write_text(out, json.dumps(result, indent=2))
     every = {
         "stage": "all",
         "steps": len(gap),
@@ -111,8 +107,7 @@ def main() -> None:
         "median_disagreement": float(np.median(gap)),
     }
     lines = _markdown([*rows, every], a.labels, a.quantile, tau)
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    log.info("\n%s", "\n".join(lines))
+    write_result(Path(a.out), result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,16 +20,15 @@ segment in loop round stores (``--round NAME=STORE``: where the operator takes o
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _commands import write_result  # bench/ is on sys.path when a script there runs
 
 from rewind.envs.operators.demo_distance import DemoDistance
 from rewind.store import SOURCE_CODES, ReplayStore
-from rewind.utils.io import atomic_write_text
 
 log = logging.getLogger("bench.operator_distance")
 TAKEOVER_LABELS = ("correction", "recovery", "human")
@@ -95,15 +94,13 @@ def main() -> None:
                 {"scale": scale, "states": name, "reference": dist.reference, **percentiles(dist, states)}
             )
             log.info("%s %s: %s", scale, name, rows[-1])
-    out = Path(a.out)
-    atomic_write_text(out, json.dumps({"demos": a.demos, "rows": rows}, indent=2))
     lines = ["| scaling | states | n | ratio p10 | p50 | p90 |", "|---|---|---|---|---|---|"]
     lines += [
         f"| {r['scale']} | {r['states']} | {r['n']} | {r.get('p10', float('nan')):.2f} "
         f"| {r.get('p50', float('nan')):.2f} | {r.get('p90', float('nan')):.2f} |"
         for r in rows
     ]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_result(Path(a.out), {"demos": a.demos, "rows": rows}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

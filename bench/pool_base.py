@@ -28,8 +28,6 @@ from typing import Any
 from _commands import write_result
 from pool_arms import arm_record
 
-from rewind.utils.io import atomic_write_text
-
 
 def _row(spec: str) -> dict[str, Any]:
     """The ``base_ablation.py`` row named by ``FILE:VARIANT``, with its file's training seed."""
@@ -133,9 +131,7 @@ def main() -> None:
         record["chosen"] = choose(arms)
         record["rule"] = RULE
         logging.info("chosen: %s (%s)", record["chosen"], record["rule"])
-    out = Path(a.out)
-    write_result(out, record)
-    atomic_write_text(out.with_suffix(".md"), table(record))
+    write_result(Path(a.out), record, table(record))
     if a.choose:
         print(record["chosen"])  # the command's output, for a run script; everything else is logged
 

@@ -32,9 +32,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from _commands import rewind_bin, run_once  # noqa: E402  (bench/ is on sys.path)
-
-from rewind.utils.io import atomic_write_text
+from _commands import rewind_bin, run_once, write_result  # noqa: E402  (bench/ is on sys.path)
 
 log = logging.getLogger("robosuite_results")
 
@@ -266,15 +264,9 @@ def main() -> None:
     result: dict[str, Any] = {"episodes": a.episodes, "eval_seed": a.eval_seed, "tiny": a.tiny, "tasks": {}}
     for task in a.tasks:
         result["tasks"][task] = base_stages(task, a) | monitor_stages(task, a)
-        _write(result, Path(a.out))
+        write_result(Path(a.out), result, markdown(result))
     result["loops"] = {task: loop_stage(task, a) for task in a.loop_tasks}
-    _write(result, Path(a.out))
-
-
-def _write(result: dict[str, Any], out: Path) -> None:
-    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
-    atomic_write_text(out.with_suffix(".md"), markdown(result))
-    log.info("wrote %s and %s", out, out.with_suffix(".md"))
+    write_result(Path(a.out), result, markdown(result))
 
 
 if __name__ == "__main__":

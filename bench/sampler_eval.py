@@ -24,10 +24,6 @@ from typing import Any
 
 from _commands import rewind_bin, run_once, write_result  # noqa: E402  (bench/ is on sys.path)
 
-from rewind.utils.io import atomic_write_text
-
-log = logging.getLogger("sampler_eval")
-
 
 def sampler_overrides(spec: str) -> list[str]:
     """``rewind-eval`` overrides of a sampler spec: ``policy``, ``ddpm`` or ``ddim:N[:ETA]``, each
@@ -123,9 +119,11 @@ def main() -> None:
     for name, path in policies:
         for spec in a.samplers:
             rows.append(evaluate(name, path, spec, a))
-            write_result(out, {"task": a.task, "seed": a.seed, "episodes": a.episodes, "rows": rows})
-            atomic_write_text(out.with_suffix(".md"), table(rows, a.seed))
-    log.info("\n%s", table(rows, a.seed))
+            write_result(
+                out,
+                {"task": a.task, "seed": a.seed, "episodes": a.episodes, "rows": rows},
+                table(rows, a.seed),
+            )
 
 
 if __name__ == "__main__":
