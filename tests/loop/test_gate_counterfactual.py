@@ -1,0 +1,123 @@
+"""bench/gate_counterfactual.py: a loop's gate replayed under another tolerance, from its round records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gate_counterfactual.py"
+
+
+def _outcome(k: int) -> dict:
+    return {"episodes": 100, "successes": k, "success_rate": k / 100}
+
+
+def _gate(version: str, sel: int, ev: int, promoted: bool, deployed_sel: int) -> tuple[dict, dict]:
+    """A gate record and the arm's deployed eval (the candidate's when promoted, else a stand-in the
+    replay must not read)."""
+    gate = {
+        "rule": "not_worse",
+        "tolerance": 0.05,
+        "promoted": promoted,
+        "candidate": {"version": version},
+        "candidate_selection": _outcome(sel),
+        "deployed_selection": _outcome(deployed_sel),
+        "floor": "base",
+        "base_selection": _outcome(50),
+    }
+    if not promoted:
+        gate["candidate_eval"] = _outcome(ev)
+    return gate, _outcome(ev if promoted else 1)
+
+
+def _loop(tmp_path: Path, name: str, main: list[tuple[int, int]], control: list[tuple[int, int]]) -> Path:
+    """A finished loop folder: base at selection 50 / eval 40, then per round (selection, eval) of each
+    arm's candidate, gated at the default tolerance 0.05 with the base floor."""
+    folder = tmp_path / name
+    (folder / "round_00").mkdir(parents=True)
+    base = {"round": 0, "policy": {"version": "base"}, "selection": _outcome(50), "eval": _outcome(40)}
+    (folder / "round_00" / "round.json").write_text(json.dumps(base))
+    dep = {"main": 50, "control": 50}
+    for r, (m, c) in enumerate(zip(main, control, strict=True), start=1):
+        rec: dict = {"round": r}
+        for arm, (sel, ev) in (("main", m), ("control", c)):
+            ok = sel >= dep[arm] - 5 and sel >= 45
+            gate, deployed_eval = _gate(f"{name}_{arm}_r{r}", sel, ev, ok, dep[arm])
+            dep[arm] = sel if ok else dep[arm]
+            part = {"promotion": gate, "eval": deployed_eval}
+            if arm == "main":
+                rec.update(part)
+            else:
+                rec["control"] = part
+        (folder / f"round_{r:02d}").mkdir()
+        (folder / f"round_{r:02d}" / "round.json").write_text(json.dumps(rec))
+    return folder
+
+
+def _held(tmp_path: Path, versions: dict[str, int]) -> Path:
+    res = {
+        v: {"summary": {"policy_version": v, "successes": k, "episodes": 100}} for v, k in versions.items()
+    }
+    path = tmp_path / "held.json"
+    path.write_text(json.dumps({"results": res}))
+    return path
+
+
+def _run(tmp_path: Path, loops: list[Path], tolerance: str, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), *map(str, loops), "--tolerance", tolerance]
+    cmd += ["--out", str(tmp_path / "gc.json"), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def test_the_loops_own_tolerance_reproduces_their_decisions_and_a_zero_one_keeps_round_1(
+    tmp_path: Path,
+) -> None:
+    # round 2's main candidate is 2 points below round 1's on the selection seeds: promoted at 0.05
+    loop = _loop(tmp_path, "a", main=[(60, 55), (58, 30)], control=[(52, 45), (40, 35)])
+    proc = _run(tmp_path, [loop], "0.05")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads((tmp_path / "gc.json").read_text())["loops"][0]
+    assert row["main"]["decisions"] == row["main"]["real"] == [True, True]
+    assert (row["main"]["version"], row["main"]["successes"]) == ("a_main_r2", 30)
+    # the control's round-2 candidate was rejected: it keeps round 1's policy, whose eval is 45
+    assert (row["control"]["version"], row["control"]["successes"]) == ("a_control_r1", 45)
+    assert _run(tmp_path, [loop], "0").returncode == 0
+    out = json.loads((tmp_path / "gc.json").read_text())
+    assert out["loops"][0]["main"]["decisions"] == [True, False]
+    assert (out["loops"][0]["main"]["version"], out["loops"][0]["main"]["successes"]) == ("a_main_r1", 55)
+    assert out["pooled"]["difference_points"] == pytest.approx(10.0)  # 55 vs 45
+
+
+def test_an_earlier_different_decision_diverges_and_leaves_the_pool(tmp_path: Path) -> None:
+    kept = _loop(tmp_path, "a", main=[(60, 55), (61, 58)], control=[(52, 45), (53, 44)])
+    # round 1's main candidate is 1 below the base: promoted at 0.05, rejected at 0, so round 2 is unknown
+    gone = _loop(tmp_path, "b", main=[(49, 70), (60, 70)], control=[(52, 45), (53, 44)])
+    assert _run(tmp_path, [kept, gone], "0").returncode == 0
+    out = json.loads((tmp_path / "gc.json").read_text())
+    assert out["loops"][1]["main"]["diverged"] == 1 and "version" not in out["loops"][1]["main"]
+    assert out["pooled"]["loops"] == 1
+    assert out["pooled"]["main"]["successes"] == 58 and out["pooled"]["control"]["successes"] == 44
+
+
+def test_held_out_results_are_matched_by_version_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    loop = _loop(tmp_path, "a", main=[(60, 55)], control=[(52, 45)])
+    held = _held(tmp_path, {"a_main_r1": 50, "a_control_r1": 41})
+    assert _run(tmp_path, [loop], "0.05", "--heldout", str(held)).returncode == 0
+    pooled = json.loads((tmp_path / "gc.json").read_text())["pooled"]
+    assert (pooled["main"]["successes"], pooled["main"]["episodes"]) == (105, 200)
+    assert pooled["control"]["successes"] == 86
+    held = _held(tmp_path, {"a_main_r1": 50})
+    proc = _run(tmp_path, [loop], "0.05", "--heldout", str(held))
+    assert proc.returncode != 0 and "a_control_r1" in proc.stderr
+
+
+def test_a_folder_without_rounds_or_a_bad_tolerance_is_refused(tmp_path: Path) -> None:
+    proc = _run(tmp_path, [tmp_path], "0")
+    assert proc.returncode != 0 and "round_NN/round.json" in proc.stderr
+    loop = _loop(tmp_path, "a", main=[(60, 55)], control=[(52, 45)])
+    proc = _run(tmp_path, [loop], "1.5")
+    assert proc.returncode != 0 and "--tolerance" in proc.stderr
