@@ -333,7 +333,8 @@ class LoopConfig(CommandConfig):
         collect_seed: seed of the first collected episode (round ``r`` starts at
             ``collect_seed + (r - 1) * episodes_per_round``).
         base / recovery / finetune / monitor / calibration / eval: see their classes.
-        seed: seeds the training runs (round ``r`` trains with ``seed + r``).
+        seed: seeds the training runs (round ``r`` trains with ``seed + r``, so with ``finetune=fs`` the
+            control arm of loop seeds ``s`` and ``s + 1`` trains the same weights in rounds ``r + 1`` and ``r``).
         rollout: how the calibration, evaluation and collection rollouts run (the ``rollout`` node of
             ``rewind-eval`` and ``rewind-calibrate``: ``rollout.workers``, ``rollout.batch_size``,
             ``rollout.backend=ray`` for the evaluations; calibration and collection always run here,
