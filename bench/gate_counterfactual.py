@@ -89,8 +89,13 @@ def heldout_by_version(files: list[str]) -> dict[str, list[int]]:
     """Held-out successes and episodes by policy version; exits when one version has two results."""
     out: dict[str, list[int]] = {}
     for f in files:
-        for name, res in json.loads(Path(f).read_text())["results"].items():
-            s = res["summary"]
+        data = json.loads(Path(f).read_text())
+        if not isinstance(data.get("results"), dict):
+            raise SystemExit(f"{f}: no 'results' mapping: is it a bench/heldout_eval.py file?")
+        for name, res in data["results"].items():
+            s = res.get("summary") or {}
+            if "policy_version" not in s:
+                raise SystemExit(f"{f}: {name} has no summary.policy_version (rerun bench/heldout_eval.py)")
             k = [s["successes"], s["episodes"]]
             if out.setdefault(s["policy_version"], k) != k:
                 raise SystemExit(f"{f}: {name} ({s['policy_version']}) differs from an earlier result: {k}")

@@ -121,3 +121,14 @@ def test_a_folder_without_rounds_or_a_bad_tolerance_is_refused(tmp_path: Path) -
     loop = _loop(tmp_path, "a", main=[(60, 55)], control=[(52, 45)])
     proc = _run(tmp_path, [loop], "1.5")
     assert proc.returncode != 0 and "--tolerance" in proc.stderr
+
+
+def test_a_file_that_is_not_a_held_out_result_is_named(tmp_path: Path) -> None:
+    loop = _loop(tmp_path, "a", main=[(60, 55)], control=[(52, 45)])
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"runs": []}))
+    proc = _run(tmp_path, [loop], "0.05", "--heldout", str(other))
+    assert proc.returncode != 0 and "other.json" in proc.stderr and "results" in proc.stderr
+    other.write_text(json.dumps({"results": {"x": {"summary": {"successes": 1, "episodes": 2}}}}))
+    proc = _run(tmp_path, [loop], "0.05", "--heldout", str(other))
+    assert proc.returncode != 0 and "policy_version" in proc.stderr
