@@ -1,18 +1,19 @@
 """What finished loops' promotion gates would have deployed under another tolerance (exploratory).
 
-Every gate decision of a loop is recorded in its ``round_NN/round.json`` (the candidate's and the
-deployed policy's selection success, the base's with ``promotion.floor=base``, and the candidate's
-evaluation even when it was rejected), for the main arm and for the control arm. Replaying those
-decisions with ``--tolerance`` gives the policy each arm would have deployed after its last round,
-as long as the replay agrees with the real gate before the last round: a different decision earlier
-would have changed what later rounds collected and trained, so such an arm is reported as diverged
-and left out of the pool. Each deployed policy is pooled over the loop's evaluation seeds and, with
-``--heldout`` (``bench/heldout_eval.py`` files, matched by policy version), the held-out seeds.
-Nothing is run; ``--tolerance`` at the loops' own value reproduces what they deployed.
+Every gate decision of a loop is in its ``bench/loop_result.py`` record (each round's ``promotion``
+and ``control_promotion``: the candidate's and the deployed policy's selection success, the base's
+with ``promotion.floor=base``, and the candidate's evaluation even when it was rejected). Replaying
+those decisions with :func:`rewind.loop.promotion.not_worse` at ``--tolerance`` gives the policy each
+arm would have deployed after its last round, as long as the replay agrees with the real gate before
+the last round: a different decision earlier would have changed what later rounds collected and
+trained, so such an arm is reported as diverged and left out of the pool. Each deployed policy is
+pooled over the loop's evaluation seeds and, with ``--heldout`` (``bench/heldout_eval.py`` files,
+matched by policy version), the held-out seeds. Nothing is run; ``--tolerance`` at the loops' own
+value reproduces what they deployed. (``bench/gate_floor.py`` replays the same records under the
+base floor.)
 
-    .venv/bin/python bench/gate_counterfactual.py runs/s37/np_rac_restore_failed_eta1_s0 \\
-        runs/s37/np_rac_restore_failed_eta1_s1 --tolerance 0 \\
-        --heldout bench/results/heldout_nut_peg_rac_restore_failed_eta1_r1.json ... \\
+    .venv/bin/python bench/gate_counterfactual.py bench/results/issue12_loop_nut_peg_rac_restore_failed_eta1_5seeds.json \\
+        --tolerance 0 --heldout bench/results/heldout_nut_peg_rac_restore_failed_eta1_r1.json ... \\
         --out bench/results/gate_counterfactual_nut_peg.json
 """
 
@@ -25,47 +26,60 @@ from pathlib import Path
 from typing import Any
 
 from _commands import write_result
+from pool_arms import arm_record
 
-from rewind.utils.stats import wilson_interval
+from rewind.loop.promotion import not_worse
+from rewind.loop.record import EvalOutcome, PromotionOutcome
 
 log = logging.getLogger("bench")
 
 
-def _rounds(folder: Path) -> list[dict[str, Any]]:
-    """The loop's round records in order (round 0 first); exits naming a missing or unfinished one."""
-    files = sorted(folder.glob("round_[0-9][0-9]/round.json"))
-    if not files:
-        raise SystemExit(f"{folder}: no round_NN/round.json: is it a finished rewind-loop folder?")
-    records = [json.loads(f.read_text()) for f in files]
-    if [r["round"] for r in records] != list(range(len(records))):
-        raise SystemExit(f"{folder}: rounds {[r['round'] for r in records]} are not 0..{len(records) - 1}")
-    return records
+def _runs(files: list[str]) -> list[dict[str, Any]]:
+    """The loop runs of ``bench/loop_result.py`` files, in order; exits naming a file that is not one."""
+    runs = []
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        if not isinstance(data.get("runs"), list):
+            raise SystemExit(f"{f}: no 'runs' list: is it a bench/loop_result.py file?")
+        runs += data["runs"]
+    return runs
 
 
-def _policy(version: str, selection: dict, evaluation: dict) -> dict[str, Any]:
-    return {
-        "version": version,
-        "selection": selection["success_rate"],
-        "eval": [evaluation["successes"], evaluation["episodes"]],
-    }
-
-
-def _arm_history(records: list[dict[str, Any]], arm: str) -> list[dict[str, Any]]:
-    """Per round >= 1, the arm's candidate (version, selection, evaluation), whether the real gate
-    promoted it, and the base (round 0) as ``history[0]``."""
-    base = records[0]
-    if "selection" not in base:
-        raise SystemExit("round 0 has no selection: the loop ran without the promotion gate")
-    history = [_policy(base["policy"]["version"], base["selection"], base["eval"])]
-    for rec in records[1:]:
-        part = rec if arm == "main" else rec.get("control")
-        if not part or "promotion" not in part:
-            raise SystemExit(f"round {rec['round']}: no {arm} arm gate record")
-        gate = part["promotion"]
-        ev = part["eval"] if gate["promoted"] else gate["candidate_eval"]
-        cand = _policy(gate["candidate"]["version"], gate["candidate_selection"], ev)
-        cand.update(promoted=gate["promoted"], floor=gate.get("floor"), tolerance=gate["tolerance"])
-        history.append(cand)
+def _arm_history(run: dict[str, Any], arm: str, eval_episodes: int) -> list[dict[str, Any]]:
+    """The base (``history[0]``), then per round the arm's candidate: version, selection result,
+    evaluation ``[successes, episodes]``, whether the real gate promoted it, and the gate's floor."""
+    rounds, key = run["rounds"], "promotion" if arm == "main" else "control_promotion"
+    names = sorted(rounds)
+    if names[:2] != ["round_00", "round_01"] or not rounds["round_01"].get("promotion"):
+        raise SystemExit(f"{run['out_dir']}: no gated round 1: the loop ran without the promotion gate")
+    first = PromotionOutcome.from_json(rounds["round_01"]["promotion"], f"{run['out_dir']} round_01")
+    base = rounds["round_00"]
+    history = [
+        {
+            "version": base["policy_version"],
+            "selection": first.deployed_selection,
+            "eval": [round(base["success"] * eval_episodes), eval_episodes],
+        }
+    ]
+    for name in names[1:]:
+        rnd = rounds[name]
+        if not rnd.get(key):
+            raise SystemExit(f"{run['out_dir']} {name}: no {arm} arm gate record (run with control=true)")
+        gate = PromotionOutcome.from_json(rnd[key], f"{run['out_dir']} {name} {key}")
+        if gate.promoted:  # the round's evaluation is the deployed policy's: the candidate's
+            rate = rnd["success"] if arm == "main" else rnd["control_success"]
+            ev = [round(rate * eval_episodes), eval_episodes]
+        else:
+            ev = [gate.candidate_eval.successes, gate.candidate_eval.episodes]
+        history.append(
+            {
+                "version": gate.candidate.version,
+                "selection": gate.candidate_selection,
+                "eval": ev,
+                "promoted": gate.promoted,
+                "floor": gate.floor,
+            }
+        )
     return history
 
 
@@ -76,8 +90,8 @@ def replay(history: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
     base = deployed = history[0]
     decisions = []
     for r, cand in enumerate(history[1:], start=1):
-        refs = [deployed] + ([base] if cand["floor"] == "base" else [])
-        ok = all(cand["selection"] >= ref["selection"] - tolerance - 1e-12 for ref in refs)
+        floor: EvalOutcome | None = base["selection"] if cand["floor"] == "base" else None
+        ok = not_worse(cand["selection"], deployed["selection"], tolerance, floor)
         decisions.append(ok)
         if ok != cand["promoted"] and r < len(history) - 1:
             return {"decisions": decisions, "diverged": r, "deployed": None}
@@ -103,15 +117,9 @@ def heldout_by_version(files: list[str]) -> dict[str, list[int]]:
 
 
 def _pool(rows: list[dict[str, Any]], arm: str) -> dict[str, Any]:
-    k = sum(r[arm]["successes"] for r in rows)
-    n = sum(r[arm]["episodes"] for r in rows)
-    rate = k / n if n else float("nan")
-    return {
-        "successes": k,
-        "episodes": n,
-        "success": rate,
-        "ci95": list(wilson_interval(k, n)) if n else None,
-    }
+    """An arm's successes summed over ``rows`` with the 95% Wilson interval (NaN when none)."""
+    k, n = sum(r[arm]["successes"] for r in rows), sum(r[arm]["episodes"] for r in rows)
+    return arm_record(k, n) if n else {"successes": 0, "episodes": 0, "success": float("nan"), "ci95": None}
 
 
 def _arm_row(
@@ -166,10 +174,14 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command line: loop result files in, the replay's JSON and Markdown out."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("loops", nargs="+", help="finished rewind-loop folders (control=true, gated)")
+    ap.add_argument(
+        "loops", nargs="+", help="bench/loop_result.py files of gated loops run with control=true"
+    )
     ap.add_argument("--tolerance", type=float, required=True, help="the gate tolerance to replay")
+    ap.add_argument("--eval-episodes", type=int, default=100, help="the loops' eval.episodes")
     ap.add_argument("--heldout", nargs="*", default=[], help="bench/heldout_eval.py result files")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -177,11 +189,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--tolerance must be in [0, 1]; got {a.tolerance}")
     held = heldout_by_version(a.heldout)
     rows = []
-    for folder in a.loops:
-        records = _rounds(Path(folder))
-        row = {"loop": folder, "rounds": len(records) - 1}
+    for run in _runs(a.loops):
+        row = {"loop": run["out_dir"], "rounds": len(run["rounds"]) - 1}
         for arm in ("main", "control"):
-            row[arm] = _arm_row(_arm_history(records, arm), a.tolerance, held, bool(a.heldout))
+            history = _arm_history(run, arm, a.eval_episodes)
+            row[arm] = _arm_row(history, a.tolerance, held, bool(a.heldout))
         rows.append(row)
     kept = [r for r in rows if not r["main"]["diverged"] and not r["control"]["diverged"]]
     pooled = {"loops": len(kept), "main": _pool(kept, "main"), "control": _pool(kept, "control")}

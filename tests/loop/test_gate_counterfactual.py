@@ -1,4 +1,4 @@
-"""bench/gate_counterfactual.py: a loop's gate replayed under another tolerance, from its round records."""
+"""bench/gate_counterfactual.py: a loop's gate replayed under another tolerance, from its loop result record."""
 
 from __future__ import annotations
 
@@ -13,17 +13,24 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gate_counterfactual.py
 
 
 def _outcome(k: int) -> dict:
-    return {"episodes": 100, "successes": k, "success_rate": k / 100}
+    """A recorded result (``EvalOutcome.to_json``) of ``k`` successes in 100 episodes."""
+    return {
+        "episodes": 100,
+        "successes": k,
+        "success_rate": k / 100,
+        "success_ci95": [0, 1],
+        "max_stage_histogram": {},
+        "mean_length": 50.0,
+    }
 
 
-def _gate(version: str, sel: int, ev: int, promoted: bool, deployed_sel: int) -> tuple[dict, dict]:
-    """A gate record and the arm's deployed eval (the candidate's when promoted, else a stand-in the
-    replay must not read)."""
+def _gate(version: str, sel: int, ev: int, promoted: bool, deployed_sel: int) -> dict:
+    """A recorded gate decision (``PromotionOutcome.to_json``) at the default tolerance with the base floor."""
     gate = {
         "rule": "not_worse",
         "tolerance": 0.05,
         "promoted": promoted,
-        "candidate": {"version": version},
+        "candidate": {"version": version, "weights": "w", "sha256": "0", "parent": None},
         "candidate_selection": _outcome(sel),
         "deployed_selection": _outcome(deployed_sel),
         "floor": "base",
@@ -31,31 +38,29 @@ def _gate(version: str, sel: int, ev: int, promoted: bool, deployed_sel: int) ->
     }
     if not promoted:
         gate["candidate_eval"] = _outcome(ev)
-    return gate, _outcome(ev if promoted else 1)
+    return gate
 
 
 def _loop(tmp_path: Path, name: str, main: list[tuple[int, int]], control: list[tuple[int, int]]) -> Path:
-    """A finished loop folder: base at selection 50 / eval 40, then per round (selection, eval) of each
-    arm's candidate, gated at the default tolerance 0.05 with the base floor."""
-    folder = tmp_path / name
-    (folder / "round_00").mkdir(parents=True)
-    base = {"round": 0, "policy": {"version": "base"}, "selection": _outcome(50), "eval": _outcome(40)}
-    (folder / "round_00" / "round.json").write_text(json.dumps(base))
+    """A ``bench/loop_result.py`` file of one loop: base at selection 50 / eval 40, then per round
+    (selection, eval) of each arm's candidate, gated at the default tolerance 0.05 with the base floor.
+    A round's ``success`` is the deployed policy's: a stand-in of 1% when the candidate was rejected,
+    which the replay must not read."""
+    rounds = {"round_00": {"policy_version": "base", "success": 0.40, "promotion": None}}
     dep = {"main": 50, "control": 50}
     for r, (m, c) in enumerate(zip(main, control, strict=True), start=1):
-        rec: dict = {"round": r}
+        rec: dict = {}
         for arm, (sel, ev) in (("main", m), ("control", c)):
             ok = sel >= dep[arm] - 5 and sel >= 45
-            gate, deployed_eval = _gate(f"{name}_{arm}_r{r}", sel, ev, ok, dep[arm])
+            gate = _gate(f"{name}_{arm}_r{r}", sel, ev, ok, dep[arm])
             dep[arm] = sel if ok else dep[arm]
-            part = {"promotion": gate, "eval": deployed_eval}
-            if arm == "main":
-                rec.update(part)
-            else:
-                rec["control"] = part
-        (folder / f"round_{r:02d}").mkdir()
-        (folder / f"round_{r:02d}" / "round.json").write_text(json.dumps(rec))
-    return folder
+            prefix = "" if arm == "main" else "control_"
+            rec[f"{prefix}promotion"] = gate
+            rec[f"{prefix}success"] = ev / 100 if ok else 0.01
+        rounds[f"round_{r:02d}"] = rec
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"runs": [{"out_dir": name, "rounds": rounds}]}))
+    return path
 
 
 def _held(tmp_path: Path, versions: dict[str, int]) -> Path:
@@ -115,9 +120,11 @@ def test_held_out_results_are_matched_by_version_and_a_missing_one_is_named(tmp_
     assert proc.returncode != 0 and "a_control_r1" in proc.stderr
 
 
-def test_a_folder_without_rounds_or_a_bad_tolerance_is_refused(tmp_path: Path) -> None:
-    proc = _run(tmp_path, [tmp_path], "0")
-    assert proc.returncode != 0 and "round_NN/round.json" in proc.stderr
+def test_a_file_that_is_not_a_loop_result_or_a_bad_tolerance_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"results": {}}))
+    proc = _run(tmp_path, [other], "0")
+    assert proc.returncode != 0 and "other.json" in proc.stderr and "loop_result" in proc.stderr
     loop = _loop(tmp_path, "a", main=[(60, 55)], control=[(52, 45)])
     proc = _run(tmp_path, [loop], "1.5")
     assert proc.returncode != 0 and "--tolerance" in proc.stderr
